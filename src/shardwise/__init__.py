@@ -1,0 +1,72 @@
+"""shardwise: Zarr v3 sharding for dask and xarray.
+
+``xr.open_dataset(store, engine="shardwise", chunks={})`` reads sharded Zarr v3 stores
+with one dask chunk per shard. The names below load lazily, so importing shardwise (as
+xarray does when it lists engines) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from shardwise.errors import (
+    ChecksumError,
+    CorruptShardError,
+    NotAZarrStoreError,
+    ShardwiseError,
+    TruncatedShardError,
+    UnsupportedArrayError,
+    UnsupportedCodecError,
+)
+
+if TYPE_CHECKING:
+    from shardwise.metadata import ArrayInfo
+    from shardwise.reader import ArrayReader
+    from shardwise.storage import (
+        ReadOptions,
+        clear_index_cache,
+        index_cache,
+        set_index_cache_size,
+    )
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ArrayInfo",
+    "ArrayReader",
+    "ChecksumError",
+    "CorruptShardError",
+    "NotAZarrStoreError",
+    "ReadOptions",
+    "ShardwiseError",
+    "TruncatedShardError",
+    "UnsupportedArrayError",
+    "UnsupportedCodecError",
+    "__version__",
+    "clear_index_cache",
+    "index_cache",
+    "set_index_cache_size",
+]
+
+_LAZY = {
+    "ArrayInfo": "shardwise.metadata",
+    "ArrayReader": "shardwise.reader",
+    "ReadOptions": "shardwise.storage",
+    "clear_index_cache": "shardwise.storage",
+    "index_cache": "shardwise.storage",
+    "set_index_cache_size": "shardwise.storage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardwise' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

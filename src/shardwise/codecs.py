@@ -1,0 +1,339 @@
+"""Inner chunk decoding: bytes -> array, for one inner chunk (or one unsharded chunk).
+
+A fast path on numcodecs and numpy covers the codecs everyone uses (``bytes`` in either
+byte order, ``transpose``, ``zstd``, ``gzip``, ``blosc``, ``crc32c``, nested
+``sharding_indexed``). Any other codec registered with zarr-python is decoded through
+zarr-python's own codec pipeline, so nothing zarr-python can read is refused here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.errors import ChecksumError, CorruptShardError, ShardwiseError, UnsupportedCodecError
+from shardwise.index import EMPTY, IndexFormat, check_entries, crc32c
+
+__all__ = ["ChunkDecoder", "ShardDecoder", "index_format_from_codecs"]
+
+Bytes = bytes | memoryview | npt.NDArray[np.uint8]
+# fixed-size numpy kinds the fast path serializes with plain numpy views
+_FAST_KINDS = frozenset("biufcmM")
+
+
+def _codec_name(codec: Any) -> str:
+    try:
+        return str(codec.to_dict()["name"])
+    except Exception:
+        return type(codec).__name__
+
+
+class _Context:
+    """Where a decode happens, for error messages."""
+
+    __slots__ = ("array", "chunk", "key")
+
+    def __init__(self, array: str | None, key: str | None, chunk: tuple[int, ...] | None):
+        self.array, self.key, self.chunk = array, key, chunk
+
+
+def index_format_from_codecs(
+    index_codecs: Sequence[Any],
+    chunks_per_shard: tuple[int, ...],
+    location: str,
+    *,
+    array: str | None = None,
+) -> IndexFormat:
+    """The :class:`IndexFormat` for a sharding codec's ``index_codecs``: ``bytes``
+    (either endianness) optionally followed by ``crc32c``."""
+    from zarr.codecs import BytesCodec, Crc32cCodec
+
+    codecs = list(index_codecs)
+    ok = (
+        len(codecs) in (1, 2)
+        and isinstance(codecs[0], BytesCodec)
+        and (len(codecs) == 1 or isinstance(codecs[1], Crc32cCodec))
+    )
+    if not ok:
+        raise UnsupportedCodecError(
+            "unsupported shard index codecs",
+            expected="[bytes] or [bytes, crc32c]",
+            found=str([_codec_name(c) for c in codecs]),
+            array=array,
+            advice="Rewrite the array with the default index codecs (bytes + crc32c).",
+        )
+    endian = codecs[0].endian or "little"
+    return IndexFormat(
+        chunks_per_shard=chunks_per_shard,
+        location=location,  # type: ignore[arg-type]
+        endian=endian,
+        checksum=len(codecs) == 2,
+    )
+
+
+class ChunkDecoder:
+    """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
+
+    def __init__(
+        self,
+        codecs: Sequence[Any],
+        shape: tuple[int, ...],
+        zdtype: Any,
+        fill_value: Any,
+        *,
+        array: str | None = None,
+    ) -> None:
+        self.codecs = tuple(codecs)
+        self.shape = tuple(shape)
+        self.zdtype = zdtype
+        self.dtype: np.dtype[Any] = zdtype.to_native_dtype()
+        self.fill_value = fill_value
+        self.array = array
+        self._steps: list[Callable[[Any, _Context], Any]] | None = self._fast_steps()
+
+    # -- building ------------------------------------------------------------------------
+    def _fast_steps(self) -> list[Callable[[Any, _Context], Any]] | None:
+        """Decode steps in decode order, or None when zarr-python must decode."""
+        import numcodecs
+        from zarr.codecs import (
+            BloscCodec,
+            BytesCodec,
+            Crc32cCodec,
+            GzipCodec,
+            ShardingCodec,
+            TransposeCodec,
+            ZstdCodec,
+        )
+
+        if self.dtype.kind not in _FAST_KINDS or self.dtype.hasobject:
+            return None
+        array_array: list[TransposeCodec] = []
+        array_bytes: Any = None
+        bytes_bytes: list[Any] = []
+        for codec in self.codecs:
+            if array_bytes is None and isinstance(codec, TransposeCodec):
+                array_array.append(codec)
+            elif array_bytes is None and isinstance(codec, BytesCodec | ShardingCodec):
+                array_bytes = codec
+            elif array_bytes is not None and isinstance(
+                codec, Crc32cCodec | ZstdCodec | GzipCodec | BloscCodec
+            ):
+                bytes_bytes.append(codec)
+            else:
+                return None
+        if array_bytes is None:
+            return None
+
+        steps: list[Callable[[Any, _Context], Any]] = []
+        for codec in reversed(bytes_bytes):
+            if isinstance(codec, Crc32cCodec):
+                steps.append(_verify_crc32c)
+            elif isinstance(codec, ZstdCodec):
+                steps.append(_numcodecs_step(numcodecs.Zstd(), "zstd"))
+            elif isinstance(codec, GzipCodec):
+                steps.append(_numcodecs_step(numcodecs.GZip(), "gzip"))
+            else:
+                steps.append(_numcodecs_step(numcodecs.Blosc(), "blosc"))
+
+        encoded_shape = self.shape
+        for t in array_array:
+            encoded_shape = tuple(encoded_shape[i] for i in t.order)
+        if isinstance(array_bytes, BytesCodec):
+            endian = array_bytes.endian
+            stored = self.dtype
+            if self.dtype.itemsize > 1 and endian is not None:
+                stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
+            steps.append(_bytes_step(stored, self.dtype, encoded_shape))
+        else:
+            nested = ShardDecoder(
+                array_bytes, encoded_shape, self.zdtype, self.fill_value, array=self.array
+            )
+            steps.append(lambda data, ctx: nested.decode(data, key=ctx.key, chunk=ctx.chunk))
+        for t in reversed(array_array):
+            inverse = tuple(int(i) for i in np.argsort(t.order))
+            steps.append(lambda arr, ctx, inv=inverse: arr.transpose(inv))
+        return steps
+
+    @property
+    def fast(self) -> bool:
+        return self._steps is not None
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode(
+        self, data: Bytes, *, key: str | None = None, chunk: tuple[int, ...] | None = None
+    ) -> npt.NDArray[Any]:
+        """Decode one chunk; errors name the array, ``key`` and ``chunk``."""
+        ctx = _Context(self.array, key, chunk)
+        try:
+            if self._steps is None:
+                return self._zarr_decode(data)
+            value: Any = data
+            for step in self._steps:
+                value = step(value, ctx)
+            return value  # type: ignore[no-any-return]
+        except ShardwiseError:
+            raise
+        except Exception as e:
+            raise CorruptShardError(
+                "inner chunk does not decode",
+                expected=f"a chunk of shape {self.shape} and dtype {self.dtype} through "
+                f"{[_codec_name(c) for c in self.codecs]}",
+                found=f"{type(e).__name__}: {e}",
+                array=self.array,
+                key=key,
+                chunk=chunk,
+                advice="The chunk's bytes are corrupt or were written with other codecs; "
+                "rewrite the shard from its source.",
+            ) from e
+
+    def _zarr_decode(self, data: Bytes) -> npt.NDArray[Any]:
+        from zarr.core.array_spec import ArrayConfig, ArraySpec
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+        from zarr.registry import get_pipeline_class
+
+        prototype = default_buffer_prototype()
+        spec = ArraySpec(
+            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
+        )
+        pipeline = get_pipeline_class().from_codecs(self.codecs)
+        buf = prototype.buffer.from_bytes(bytes(memoryview(data).cast("B")))
+        (out,) = sync(pipeline.decode([(buf, spec)]))
+        if out is None:
+            return self.fill_array()
+        return np.asarray(out.as_numpy_array())
+
+    def fill_array(self) -> npt.NDArray[Any]:
+        return np.full(self.shape, self.fill_value, dtype=self.dtype)
+
+
+def _verify_crc32c(data: Bytes, ctx: _Context) -> memoryview:
+    view = memoryview(data).cast("B")
+    if len(view) < 4:
+        raise CorruptShardError(
+            "inner chunk is too short for its crc32c",
+            expected="at least 4 bytes",
+            found=f"{len(view)} bytes",
+            array=ctx.array,
+            key=ctx.key,
+            chunk=ctx.chunk,
+        )
+    body = view[:-4]
+    stored = int.from_bytes(view[-4:], "little")
+    actual = crc32c(body)
+    if stored != actual:
+        raise ChecksumError(
+            "inner chunk crc32c mismatch",
+            expected=f"{stored:#010x}",
+            found=f"{actual:#010x}",
+            array=ctx.array,
+            key=ctx.key,
+            chunk=ctx.chunk,
+            advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
+        )
+    return body
+
+
+def _numcodecs_step(codec: Any, name: str) -> Callable[[Bytes, _Context], Any]:
+    decode = codec.decode
+
+    def step(data: Bytes, ctx: _Context) -> Any:
+        return decode(data)
+
+    step.__name__ = f"decode_{name}"
+    return step
+
+
+def _bytes_step(
+    stored: np.dtype[Any], native: np.dtype[Any], shape: tuple[int, ...]
+) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
+    expected = math.prod(shape) * stored.itemsize
+    swap = stored != native
+
+    def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
+        view = memoryview(data).cast("B")
+        if len(view) != expected:
+            raise CorruptShardError(
+                "decoded inner chunk has the wrong size",
+                expected=f"{expected} bytes (shape {shape}, dtype {native})",
+                found=f"{len(view)} bytes",
+                array=ctx.array,
+                key=ctx.key,
+                chunk=ctx.chunk,
+            )
+        arr = np.frombuffer(view, dtype=stored).reshape(shape)
+        return arr.astype(native) if swap else arr
+
+    return step
+
+
+class ShardDecoder:
+    """Reads ``sharding_indexed`` shards: the index format for a shard shape and the
+    decoder of its inner chunks. Used for the array's own shards and for nested ones."""
+
+    def __init__(
+        self,
+        codec: Any,
+        shard_shape: tuple[int, ...],
+        zdtype: Any,
+        fill_value: Any,
+        *,
+        array: str | None = None,
+    ) -> None:
+        inner = tuple(codec.chunk_shape)
+        if len(inner) != len(shard_shape) or any(
+            s % c for s, c in zip(shard_shape, inner, strict=True)
+        ):
+            raise UnsupportedCodecError(
+                "inner chunk shape does not divide the shard shape",
+                expected=f"a divisor of {shard_shape}",
+                found=str(inner),
+                array=array,
+            )
+        self.codec = codec
+        self.shard_shape = tuple(shard_shape)
+        self.inner_shape = inner
+        self.chunks_per_shard = tuple(s // c for s, c in zip(shard_shape, inner, strict=True))
+        self.index = index_format_from_codecs(
+            codec.index_codecs, self.chunks_per_shard, codec.index_location, array=array
+        )
+        self.chunk = ChunkDecoder(codec.codecs, inner, zdtype, fill_value, array=array)
+        self.array = array
+
+    def decode_index(self, raw: Bytes, *, shard_nbytes: int | None, key: str | None):  # type: ignore[no-untyped-def]
+        table = self.index.decode(raw, array=self.array, key=key)
+        start, stop = self.index.data_bounds(shard_nbytes)
+        check_entries(table, data_start=start, data_stop=stop, array=self.array, key=key)
+        return table
+
+    def decode(
+        self, data: Bytes, *, key: str | None = None, chunk: tuple[int, ...] | None = None
+    ) -> npt.NDArray[Any]:
+        """Decode a whole shard held in memory into an array of the shard's shape."""
+        view = memoryview(data).cast("B")
+        if len(view) < self.index.nbytes:
+            raise CorruptShardError(
+                "shard is shorter than its index",
+                expected=f"at least {self.index.nbytes} bytes",
+                found=f"{len(view)} bytes",
+                array=self.array,
+                key=key,
+                chunk=chunk,
+            )
+        table = self.decode_index(self.index.split(view), shard_nbytes=len(view), key=key)
+        out = np.empty(self.shard_shape, dtype=self.chunk.dtype)
+        for idx in np.ndindex(*self.chunks_per_shard):
+            sl = tuple(
+                slice(i * c, (i + 1) * c) for i, c in zip(idx, self.inner_shape, strict=True)
+            )
+            offset, nbytes = table[idx]
+            if offset == EMPTY:
+                out[sl] = self.fill_value
+            else:
+                o = int(offset)
+                out[sl] = self.chunk.decode(view[o : o + int(nbytes)], key=key, chunk=chunk or idx)
+        return out

@@ -1,0 +1,116 @@
+"""Errors raised by shardwise.
+
+Every error subclasses both :class:`ShardwiseError` and the built-in exception that
+existing ``except`` clauses already catch (``FileNotFoundError``, ``ValueError``, ...),
+the way zarr-python's ``errors.py`` does. Messages say what was expected, what was
+found, which array and store key, and what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChecksumError",
+    "CorruptShardError",
+    "NotAZarrStoreError",
+    "ShardwiseError",
+    "TruncatedShardError",
+    "UnsupportedArrayError",
+    "UnsupportedCodecError",
+]
+
+
+class ShardwiseError(Exception):
+    """Base class of every error shardwise raises on purpose.
+
+    Attributes ``array``, ``key`` and ``chunk`` say where the problem is (any of them
+    may be ``None`` when it does not apply).
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        array: str | None = None,
+        key: str | None = None,
+        chunk: tuple[int, ...] | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        advice: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.array = array
+        self.key = key
+        self.chunk = chunk
+        self.expected = expected
+        self.found = found
+        self.advice = advice
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = [self.problem]
+        if self.expected is not None:
+            parts.append(f"expected {self.expected}")
+        if self.found is not None:
+            parts.append(f"found {self.found}")
+        msg = "; ".join(parts)
+        where = []
+        if self.array is not None:
+            where.append(f"array {self.array!r}")
+        if self.key is not None:
+            where.append(f"store key {self.key!r}")
+        if self.chunk is not None:
+            where.append(f"inner chunk {self.chunk}")
+        if where:
+            msg += f" ({', '.join(where)})"
+        msg += "."
+        if self.advice:
+            msg += f" {self.advice}"
+        return msg
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keep the keyword arguments across pickling (dask sends errors between processes)
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.problem,
+                {
+                    "array": self.array,
+                    "key": self.key,
+                    "chunk": self.chunk,
+                    "expected": self.expected,
+                    "found": self.found,
+                    "advice": self.advice,
+                },
+            ),
+        )
+
+
+def _rebuild(cls: type[ShardwiseError], problem: str, kwargs: dict[str, object]) -> ShardwiseError:
+    return cls(problem, **kwargs)  # type: ignore[arg-type]
+
+
+class NotAZarrStoreError(ShardwiseError, FileNotFoundError):
+    """The path or URL holds no Zarr group or array (no ``zarr.json``)."""
+
+
+class CorruptShardError(ShardwiseError, ValueError):
+    """A shard's bytes do not follow the ``sharding_indexed`` format (bad index entries,
+    undecodable inner chunk)."""
+
+
+class ChecksumError(CorruptShardError):
+    """A crc32c checksum (of a shard index or an inner chunk) does not match its data."""
+
+
+class TruncatedShardError(CorruptShardError):
+    """A shard object is shorter than its index says it is."""
+
+
+class UnsupportedCodecError(ShardwiseError, ValueError):
+    """The array's metadata names a codec that neither shardwise nor zarr-python knows."""
+
+
+class UnsupportedArrayError(ShardwiseError, ValueError):
+    """The array's metadata describes something shardwise cannot read (not Zarr v3,
+    an unknown chunk grid, a data type without a fixed size...)."""

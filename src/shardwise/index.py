@@ -1,0 +1,196 @@
+"""The ``sharding_indexed`` shard index: binary format, pure (no I/O).
+
+The index is an array of ``(offset, nbytes)`` uint64 pairs in C order over the chunks
+per shard, ``2**64 - 1`` in both fields for an empty inner chunk, stored at the start or
+the end of the shard through its index codecs (``bytes`` in either endianness,
+optionally followed by ``crc32c``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import crc32c as _crc32c
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.errors import ChecksumError, CorruptShardError, TruncatedShardError
+
+__all__ = ["EMPTY", "IndexFormat", "check_entries", "crc32c"]
+
+EMPTY = np.uint64(2**64 - 1)
+"""Offset and nbytes of an empty inner chunk."""
+
+Table = npt.NDArray[np.uint64]
+
+
+def crc32c(data: bytes | memoryview | npt.NDArray[np.uint8]) -> int:
+    return int(_crc32c.crc32c(data))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFormat:
+    """How one shard's index is laid out: its shape, place, byte order and checksum."""
+
+    chunks_per_shard: tuple[int, ...]
+    location: Literal["start", "end"] = "end"
+    endian: Literal["little", "big"] = "little"
+    checksum: bool = True
+
+    def __post_init__(self) -> None:
+        if self.location not in ("start", "end"):
+            raise ValueError(f"index_location must be 'start' or 'end', got {self.location!r}")
+        if self.endian not in ("little", "big"):
+            raise ValueError(f"endian must be 'little' or 'big', got {self.endian!r}")
+
+    @property
+    def nchunks(self) -> int:
+        return math.prod(self.chunks_per_shard)
+
+    @property
+    def nbytes(self) -> int:
+        """Encoded size of the index."""
+        return 16 * self.nchunks + (4 if self.checksum else 0)
+
+    @property
+    def _dtype(self) -> np.dtype[np.uint64]:
+        return np.dtype("<u8" if self.endian == "little" else ">u8")
+
+    def split(self, shard: bytes | memoryview | npt.NDArray[np.uint8]) -> memoryview:
+        """The index bytes of a whole shard object."""
+        view = memoryview(shard).cast("B")
+        return view[: self.nbytes] if self.location == "start" else view[-self.nbytes :]
+
+    def decode(
+        self,
+        raw: bytes | memoryview | npt.NDArray[np.uint8],
+        *,
+        array: str | None = None,
+        key: str | None = None,
+    ) -> Table:
+        """Decode the index bytes (exactly :attr:`nbytes` of them) into a table of shape
+        ``chunks_per_shard + (2,)``, native uint64. Checks length and checksum."""
+        view = memoryview(raw).cast("B")
+        if len(view) != self.nbytes:
+            raise TruncatedShardError(
+                "shard index has the wrong size",
+                expected=f"{self.nbytes} bytes",
+                found=f"{len(view)} bytes",
+                array=array,
+                key=key,
+                advice="The shard object is truncated or not a sharding_indexed shard; "
+                "rewrite it from its source.",
+            )
+        body = view[: 16 * self.nchunks]
+        if self.checksum:
+            stored = int.from_bytes(view[-4:], "little")
+            actual = crc32c(body)
+            if stored != actual:
+                raise ChecksumError(
+                    "shard index crc32c mismatch",
+                    expected=f"{stored:#010x}",
+                    found=f"{actual:#010x}",
+                    array=array,
+                    key=key,
+                    advice="The index bytes are corrupt; rewrite the shard from its source.",
+                )
+        table = np.frombuffer(body, dtype=self._dtype).astype(np.uint64)
+        return table.reshape((*self.chunks_per_shard, 2))
+
+    def encode(self, table: Table) -> bytes:
+        """Encode a table of shape ``chunks_per_shard + (2,)``."""
+        table = np.asarray(table, dtype=np.uint64)
+        if table.shape != (*self.chunks_per_shard, 2):
+            raise ValueError(
+                f"index table has shape {table.shape}, expected {(*self.chunks_per_shard, 2)}"
+            )
+        body = np.ascontiguousarray(table, dtype=self._dtype).tobytes()
+        if self.checksum:
+            body += crc32c(body).to_bytes(4, "little")
+        return body
+
+    def empty_table(self) -> Table:
+        return np.full((*self.chunks_per_shard, 2), EMPTY, dtype=np.uint64)
+
+    def data_bounds(self, shard_nbytes: int | None) -> tuple[int, int | None]:
+        """The byte range ``[start, stop)`` where inner chunks may lie (``stop`` is
+        ``None`` when the shard's size is unknown)."""
+        if self.location == "start":
+            return self.nbytes, shard_nbytes
+        return 0, None if shard_nbytes is None else shard_nbytes - self.nbytes
+
+
+def check_entries(
+    table: Table,
+    *,
+    data_start: int,
+    data_stop: int | None,
+    array: str | None = None,
+    key: str | None = None,
+) -> None:
+    """Check every index entry: both fields empty or neither, inside ``[data_start,
+    data_stop)`` (the upper bound only when the shard's size is known), and no two chunks
+    partly overlapping (identical entries, as deduplicating writers make, are allowed)."""
+    flat = table.reshape(-1, 2)
+    cps = table.shape[:-1]
+    offsets, nbytes = flat[:, 0], flat[:, 1]
+    empty_o, empty_n = offsets == EMPTY, nbytes == EMPTY
+
+    def fail(i: int, problem: str, expected: str, found: str, cls: type = CorruptShardError) -> None:
+        raise cls(
+            problem,
+            expected=expected,
+            found=found,
+            array=array,
+            key=key,
+            chunk=tuple(int(x) for x in np.unravel_index(i, cps)),
+            advice="The shard index is corrupt; rewrite the shard from its source.",
+        )
+
+    half = np.flatnonzero(empty_o != empty_n)
+    if half.size:
+        i = int(half[0])
+        fail(
+            i,
+            "half-empty shard index entry",
+            "offset and nbytes both 2**64-1 or both set",
+            f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+        )
+    present = np.flatnonzero(~empty_o)
+    if not present.size:
+        return
+    o = offsets[present]
+    n = nbytes[present]
+    # offset + nbytes must not overflow 64 bits
+    overflow = n > (EMPTY - o)
+    if overflow.any():
+        i = int(present[np.flatnonzero(overflow)[0]])
+        fail(i, "shard index entry overflows", "offset + nbytes < 2**64",
+             f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}")
+    end = o + n
+    low = o < np.uint64(data_start)
+    if low.any():
+        i = int(present[np.flatnonzero(low)[0]])
+        fail(i, "inner chunk overlaps the shard index", f"offset >= {data_start}",
+             f"offset={int(offsets[i])}")
+    if data_stop is not None:
+        high = end > np.uint64(max(data_stop, 0))
+        if high.any():
+            i = int(present[np.flatnonzero(high)[0]])
+            fail(i, "inner chunk lies outside the shard object",
+                 f"offset + nbytes <= {data_stop}",
+                 f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+                 TruncatedShardError)
+    if present.size > 1:
+        order = np.lexsort((n, o))
+        so, sn, se = o[order], n[order], end[order]
+        same = (so[1:] == so[:-1]) & (sn[1:] == sn[:-1])
+        running_end = np.maximum.accumulate(se)[:-1]
+        clash = (so[1:] < running_end) & ~same
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0]) + 1
+            i = int(present[order[k]])
+            fail(i, "inner chunks overlap in the shard", "disjoint byte ranges",
+                 f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}")

@@ -1,0 +1,330 @@
+"""Shard grid geometry: pure arithmetic, no I/O, no dask.
+
+An array is cut into *shards* (the outer chunk grid, regular or rectilinear) and each
+shard into *inner chunks* of one shape (the ``sharding_indexed`` codec's ``chunk_shape``).
+An unsharded array is the special case of one inner chunk per shard.
+
+The central operation is :meth:`ShardLayout.plan`: given an outer-indexing selection
+(per dimension a slice or an integer array), say which inner chunks of which shards it
+touches, which part of each inner chunk it wants and where that part goes in the output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ChunkRead", "DimGrid", "DimPiece", "ReadPlan", "ShardLayout", "ShardRead"]
+
+Sel = slice | npt.NDArray[np.intp]
+
+
+class DimPiece(NamedTuple):
+    """The part of a one-dimensional selection that falls in one inner chunk."""
+
+    shard: int  # shard index along the dimension
+    inner: int  # inner chunk index along the dimension, within the shard
+    local: Sel  # selection within the inner chunk
+    out: Sel  # where the selected values go along the output dimension
+
+
+@dataclass(frozen=True, slots=True)
+class DimGrid:
+    """One dimension of a shard grid.
+
+    ``shards`` is an int for a regular grid (every shard that size; the last one may reach
+    past ``extent`` and is then encoded at full size) or a tuple of per-shard sizes for a
+    rectilinear grid. ``inner`` is the inner chunk size, or ``None`` when each shard is a
+    single chunk (an unsharded array).
+    """
+
+    extent: int
+    shards: int | tuple[int, ...]
+    inner: int | None = None
+    _starts: npt.NDArray[np.int64] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.extent < 0:
+            raise ValueError(f"extent must be >= 0, got {self.extent}")
+        if isinstance(self.shards, int):
+            if self.shards < 1:
+                raise ValueError(f"shard size must be >= 1, got {self.shards}")
+            sizes: tuple[int, ...] = (self.shards,)
+            object.__setattr__(self, "_starts", None)
+        else:
+            sizes = tuple(int(s) for s in self.shards)
+            if not sizes or any(s < 1 for s in sizes):
+                raise ValueError(f"shard sizes must be >= 1, got {self.shards}")
+            if sum(sizes) < self.extent:
+                raise ValueError(
+                    f"rectilinear shard sizes {sizes} add up to {sum(sizes)}, "
+                    f"less than the extent {self.extent}"
+                )
+            object.__setattr__(self, "shards", sizes)
+            starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=starts[1:])
+            object.__setattr__(self, "_starts", starts)
+        if self.inner is not None:
+            if self.inner < 1:
+                raise ValueError(f"inner chunk size must be >= 1, got {self.inner}")
+            bad = [s for s in sizes if s % self.inner]
+            if bad:
+                raise ValueError(
+                    f"inner chunk size {self.inner} does not divide shard size {bad[0]}"
+                )
+
+    @property
+    def regular(self) -> bool:
+        return self._starts is None
+
+    @property
+    def nshards(self) -> int:
+        """Number of shards that hold any part of the array along this dimension."""
+        if isinstance(self.shards, int):
+            return -(-self.extent // self.shards)
+        if self.extent == 0:
+            return 0
+        assert self._starts is not None
+        return int(np.searchsorted(self._starts, self.extent, side="left"))
+
+    def shard_start(self, shard: int) -> int:
+        if isinstance(self.shards, int):
+            return shard * self.shards
+        assert self._starts is not None
+        return int(self._starts[shard])
+
+    def shard_size(self, shard: int) -> int:
+        """The encoded (nominal) size of a shard, which may reach past the extent."""
+        if isinstance(self.shards, int):
+            return self.shards
+        return self.shards[shard]
+
+    def inner_size(self, shard: int) -> int:
+        return self.shard_size(shard) if self.inner is None else self.inner
+
+    def inner_per_shard(self, shard: int) -> int:
+        return self.shard_size(shard) // self.inner_size(shard)
+
+    def shard_of(self, coords: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if isinstance(self.shards, int):
+            return coords // self.shards
+        assert self._starts is not None
+        return np.searchsorted(self._starts, coords, side="right") - 1
+
+    def pieces(self, sel: slice | npt.ArrayLike) -> list[DimPiece]:
+        """Split a selection along this dimension into per-inner-chunk pieces.
+
+        A slice (any step) gives pieces in output order with slice ``local``/``out``; an
+        integer array (any order, repeats allowed, negative values count from the end)
+        gives one piece per touched inner chunk with index-array ``local``/``out``.
+        """
+        if isinstance(sel, slice):
+            start, stop, step = sel.indices(self.extent)
+            if step > 0:
+                return self._slice_pieces(start, stop, step)
+            sel = np.arange(start, stop, step)
+        return self._array_pieces(np.asarray(sel))
+
+    def _slice_pieces(self, start: int, stop: int, step: int) -> list[DimPiece]:
+        count = len(range(start, stop, step))
+        if count == 0:
+            return []
+        last = start + (count - 1) * step
+        out: list[DimPiece] = []
+        first_shard = int(self.shard_of(np.int64(start)))
+        last_shard = int(self.shard_of(np.int64(last)))
+        for s in range(first_shard, last_shard + 1):
+            s0 = self.shard_start(s)
+            s_end = min(s0 + self.shard_size(s), self.extent)
+            c = self.inner_size(s)
+            j_first = (max(start, s0) - s0) // c
+            j_last = (min(last, s_end - 1) - s0) // c
+            for j in range(j_first, j_last + 1):
+                a = s0 + j * c
+                b = min(a + c, self.extent)
+                i0 = start if a <= start else start + -(-(a - start) // step) * step
+                if i0 >= b or i0 > last:
+                    continue
+                n = (min(b - 1, last) - i0) // step + 1
+                o0 = (i0 - start) // step
+                local = slice(i0 - a, i0 - a + (n - 1) * step + 1, step)
+                out.append(DimPiece(s, j, local, slice(o0, o0 + n)))
+        return out
+
+    def _array_pieces(self, sel: npt.NDArray[np.generic]) -> list[DimPiece]:
+        if sel.ndim != 1:
+            raise IndexError(f"expected a 1-d integer indexer, got {sel.ndim} dimensions")
+        if sel.size == 0:
+            return []
+        if not np.issubdtype(sel.dtype, np.integer):
+            raise IndexError(f"expected an integer indexer, got dtype {sel.dtype}")
+        coords = sel.astype(np.int64, copy=True)
+        coords[coords < 0] += self.extent
+        if coords.min() < 0 or coords.max() >= self.extent:
+            raise IndexError(
+                f"index {int(sel[(coords < 0) | (coords >= self.extent)][0])} is out of "
+                f"bounds for a dimension of length {self.extent}"
+            )
+        shard = self.shard_of(coords)
+        if isinstance(self.shards, int):
+            s0 = shard * self.shards
+            c: npt.NDArray[np.int64] | int = self.shards if self.inner is None else self.inner
+        else:
+            assert self._starts is not None
+            s0 = self._starts[shard]
+            sizes = np.asarray(self.shards, dtype=np.int64)[shard]
+            c = sizes if self.inner is None else self.inner
+        j = (coords - s0) // c
+        # one group per (shard, inner chunk), in ascending order
+        group_key = shard * (int(np.max(j)) + 1) + j
+        keys, first, inverse, counts = np.unique(
+            group_key, return_index=True, return_inverse=True, return_counts=True
+        )
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        out: list[DimPiece] = []
+        for g in range(len(keys)):
+            pos = order[bounds[g] : bounds[g + 1]]
+            i = int(pos[0])
+            origin = int(s0[i] + j[i] * (c if isinstance(c, int) else c[i]))
+            local = coords[pos] - origin
+            out.append(
+                DimPiece(int(shard[i]), int(j[i]), _as_slice(local), _as_slice(pos.astype(np.intp)))
+            )
+        return out
+
+
+def _as_slice(idx: npt.NDArray[np.integer]) -> Sel:
+    """A unit-step slice when ``idx`` is a contiguous ascending run, else the array."""
+    n = len(idx)
+    first = int(idx[0])
+    if n == 1 or (int(idx[-1]) - first == n - 1 and bool(np.all(np.diff(idx) == 1))):
+        return slice(first, first + n)
+    return idx.astype(np.intp, copy=False)
+
+
+class ChunkRead(NamedTuple):
+    """One inner chunk a selection touches."""
+
+    inner: tuple[int, ...]  # inner chunk coordinates within the shard
+    local: tuple[Sel, ...]  # what to take from the decoded inner chunk
+    out: tuple[Sel, ...]  # where it goes in the output
+
+
+class ShardRead(NamedTuple):
+    """The inner chunks a selection touches in one shard."""
+
+    shard: tuple[int, ...]
+    chunks: tuple[ChunkRead, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    out_shape: tuple[int, ...]
+    shards: tuple[ShardRead, ...]
+
+    @property
+    def nchunks(self) -> int:
+        return sum(len(s.chunks) for s in self.shards)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLayout:
+    """The shard grid of an N-d array and the inner chunk grid of each shard."""
+
+    dims: tuple[DimGrid, ...]
+
+    @classmethod
+    def build(
+        cls,
+        shape: Sequence[int],
+        shards: Sequence[int | Sequence[int]],
+        inner: Sequence[int] | None,
+    ) -> ShardLayout:
+        if len(shards) != len(shape) or (inner is not None and len(inner) != len(shape)):
+            raise ValueError(
+                f"shape {tuple(shape)}, shards {tuple(shards)} and inner chunks "
+                f"{None if inner is None else tuple(inner)} differ in number of dimensions"
+            )
+        dims = tuple(
+            DimGrid(
+                int(n),
+                s if isinstance(s, int) else tuple(s),
+                None if inner is None else int(inner[i]),
+            )
+            for i, (n, s) in enumerate(zip(shape, shards, strict=True))
+        )
+        return cls(dims)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(d.extent for d in self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def sharded(self) -> bool:
+        return all(d.inner is not None for d in self.dims)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Number of shards along each dimension."""
+        return tuple(d.nshards for d in self.dims)
+
+    @property
+    def nshards(self) -> int:
+        return math.prod(self.grid_shape)
+
+    def shard_shape(self, shard: tuple[int, ...]) -> tuple[int, ...]:
+        """Encoded shape of a shard (edge shards of a regular grid reach past the array)."""
+        return tuple(d.shard_size(i) for d, i in zip(self.dims, shard, strict=True))
+
+    def inner_shape(self, shard: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d.inner_size(i) for d, i in zip(self.dims, shard, strict=True))
+
+    def chunks_per_shard(self, shard: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d.inner_per_shard(i) for d, i in zip(self.dims, shard, strict=True))
+
+    def all_shards(self) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(n) for n in self.grid_shape))
+
+    def plan(self, selection: Sequence[slice | npt.ArrayLike]) -> ReadPlan:
+        """Map an outer-indexing selection (a slice or 1-d integer array per dimension)
+        to the inner chunks it touches, grouped by shard in C order."""
+        if len(selection) != self.ndim:
+            raise IndexError(f"expected {self.ndim} indexers, got {len(selection)}")
+        per_dim = [d.pieces(s) for d, s in zip(self.dims, selection, strict=True)]
+        out_shape = tuple(_out_len(d, s) for d, s in zip(self.dims, selection, strict=True))
+        grouped: list[list[tuple[int, list[DimPiece]]]] = []
+        for pieces in per_dim:
+            groups: dict[int, list[DimPiece]] = {}
+            for p in pieces:
+                groups.setdefault(p.shard, []).append(p)
+            grouped.append(sorted(groups.items()))
+        shard_reads = []
+        for combo in itertools.product(*grouped):
+            shard = tuple(s for s, _ in combo)
+            chunks = tuple(
+                ChunkRead(
+                    tuple(p.inner for p in ps),
+                    tuple(p.local for p in ps),
+                    tuple(p.out for p in ps),
+                )
+                for ps in itertools.product(*(pieces for _, pieces in combo))
+            )
+            shard_reads.append(ShardRead(shard, chunks))
+        return ReadPlan(out_shape, tuple(shard_reads))
+
+
+def _out_len(dim: DimGrid, sel: slice | npt.ArrayLike) -> int:
+    if isinstance(sel, slice):
+        return len(range(*sel.indices(dim.extent)))
+    return int(np.asarray(sel).size)

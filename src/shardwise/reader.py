@@ -1,0 +1,314 @@
+"""Reading a selection of a (sharded or unsharded) Zarr v3 array: no dask, no xarray.
+
+:class:`ArrayReader` plans a selection with :mod:`shardwise.layout`, fetches what it needs
+with as few store requests as the options allow (the whole shard, or the index and then
+coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.codecs import ChunkDecoder, ShardDecoder
+from shardwise.errors import CorruptShardError, NotAZarrStoreError, TruncatedShardError
+from shardwise.index import EMPTY
+from shardwise.layout import ReadPlan, Sel, ShardRead
+from shardwise.metadata import ArrayInfo
+from shardwise.storage import IN_FLIGHT, ByteRange, ReadOptions, coalesce, index_cache, store_token
+
+__all__ = ["ArrayReader"]
+
+Bytes = memoryview
+# what a shard fetch yields: None for a missing shard, else inner chunk -> bytes or None
+Fetched = dict[tuple[int, ...], Bytes | None] | None
+
+
+class ArrayReader:
+    """Reads selections of one Zarr v3 array from a zarr-python ``Store``.
+
+    Thread-safe and picklable (the store is pickled; decoders are rebuilt on the other
+    side), so one reader can serve every task of a dask graph.
+    """
+
+    def __init__(self, store: Any, info: ArrayInfo, options: ReadOptions | None = None):
+        self.store = store
+        self.info = info
+        self.options = options or ReadOptions()
+        self._token = store_token(store)
+        self._decoders: dict[tuple[int, ...], ShardDecoder | ChunkDecoder] = {}
+
+    @classmethod
+    def open(
+        cls,
+        store: Any,
+        path: str = "",
+        *,
+        storage_options: dict[str, Any] | None = None,
+        options: ReadOptions | None = None,
+    ) -> ArrayReader:
+        """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``)."""
+        import zarr
+
+        try:
+            arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
+        except FileNotFoundError as e:
+            raise NotAZarrStoreError(
+                "no Zarr array here",
+                expected="a zarr.json describing an array",
+                found="nothing",
+                array=path or "/",
+                key=f"{path.strip('/')}/zarr.json" if path.strip("/") else "zarr.json",
+                advice=f"Check the path {store!r} and the array path.",
+            ) from e
+        return cls(arr.store_path.store, ArrayInfo.from_metadata(arr.metadata, arr.path), options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store, "info": self.info, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["store"], state["info"], state["options"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"<shardwise.ArrayReader {self.info.name} shape={self.shape} of {self.store}>"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.info.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.info.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.info.ndim
+
+    # -- decoders (one per distinct shard shape; rectilinear grids have several) ---------
+    def _decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
+        shape = self.info.layout.shard_shape(shard)
+        dec = self._decoders.get(shape)
+        if dec is None:
+            info = self.info
+            if info.sharding is not None:
+                dec = ShardDecoder(
+                    info.sharding, shape, info.zdtype, info.fill_value, array=info.name
+                )
+            else:
+                dec = ChunkDecoder(info.codecs, shape, info.zdtype, info.fill_value, array=info.name)
+            self._decoders[shape] = dec
+        return dec
+
+    # -- public reading ------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        """Basic and outer indexing (``reader[0, 2:10, [1, 5]]``)."""
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            fill = (slice(None),) * (self.ndim - len(key) + 1)
+            key = key[:i] + fill + key[i + 1 :]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        return self.read(key)
+
+    def read(self, selection: Sequence[int | slice | npt.ArrayLike]) -> npt.NDArray[Any]:
+        """Read an outer selection: per dimension an int (the dimension is dropped), a
+        slice (any step) or a 1-d integer array."""
+        if len(selection) != self.ndim:
+            raise IndexError(f"expected {self.ndim} indexers, got {len(selection)}")
+        sel: list[slice | npt.ArrayLike] = []
+        drop: list[int] = []
+        for axis, (s, n) in enumerate(zip(selection, self.shape, strict=True)):
+            if isinstance(s, int | np.integer):
+                i = int(s) + (n if s < 0 else 0)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {s} is out of bounds for axis {axis} with size {n}")
+                sel.append(slice(i, i + 1))
+                drop.append(axis)
+            else:
+                sel.append(s)
+        plan = self.info.layout.plan(sel)
+        out = self._execute(plan)
+        return out.reshape(tuple(n for i, n in enumerate(out.shape) if i not in drop))
+
+    # -- execution -----------------------------------------------------------------------
+    def _execute(self, plan: ReadPlan) -> npt.NDArray[Any]:
+        out = np.empty(plan.out_shape, dtype=self.dtype)
+        if out.size == 0:
+            return out
+        from zarr.core.sync import sync
+
+        fetched = sync(self._fetch_all(plan))
+        fill = self.info.fill_value
+        for shard_read, data in zip(plan.shards, fetched, strict=True):
+            if data is None:
+                for c in shard_read.chunks:
+                    out[_ix(c.out)] = fill
+                continue
+            key = self.info.key(shard_read.shard)
+            decoder = self._decoder(shard_read.shard)
+            chunk_decoder = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
+            for c in shard_read.chunks:
+                raw = data[c.inner]
+                if raw is None:
+                    out[_ix(c.out)] = fill
+                    continue
+                arr = chunk_decoder.decode(raw, key=key, chunk=c.inner)
+                if _all_slices(c.out) and _all_slices(c.local):
+                    out[c.out] = arr[c.local]
+                else:
+                    out[_ix(c.out)] = arr[_ix(c.local)]
+        return out
+
+    async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
+        sem = asyncio.Semaphore(self.options.concurrency)
+        return list(await asyncio.gather(*(self._fetch_shard(s, sem) for s in plan.shards)))
+
+    async def _get(
+        self, key: str, sem: asyncio.Semaphore, byte_range: Any = None
+    ) -> memoryview | None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        async with sem:
+            buf = await self.store.get(key, default_buffer_prototype(), byte_range)
+        if buf is None:
+            return None
+        return memoryview(buf.as_numpy_array()).cast("B")
+
+    async def _fetch_shard(self, shard_read: ShardRead, sem: asyncio.Semaphore) -> Fetched:
+        info, opts = self.info, self.options
+        key = info.key(shard_read.shard)
+        decoder = self._decoder(shard_read.shard)
+        if not isinstance(decoder, ShardDecoder):
+            whole = await self._get(key, sem)
+            return None if whole is None else {(0,) * info.ndim: whole}
+
+        needed = sorted({c.inner for c in shard_read.chunks})
+        cache_key = (self._token, key)
+        table = index_cache().get(cache_key) if opts.index_cache else None
+        if table is None and len(needed) >= opts.whole_shard_fraction * decoder.index.nchunks:
+            whole = await self._get(key, sem)
+            if whole is None:
+                return None
+            table = decoder.decode_index(
+                decoder.index.split(whole) if len(whole) >= decoder.index.nbytes else whole,
+                shard_nbytes=len(whole),
+                key=key,
+            )
+            if opts.index_cache:
+                index_cache().put(cache_key, table)
+            return {inner: _slice_entry(whole, table[inner]) for inner in needed}
+
+        if table is None:
+            table = await self._load_index(key, decoder, sem)
+            if table is None:
+                return None
+        result: dict[tuple[int, ...], Bytes | None] = {}
+        wanted: list[tuple[int, ...]] = []
+        ranges: list[ByteRange] = []
+        for inner in needed:
+            offset, nbytes = table[inner]
+            if offset == EMPTY:
+                result[inner] = None
+            else:
+                wanted.append(inner)
+                ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
+        groups = coalesce(ranges, gap=opts.coalesce_gap, max_size=opts.coalesce_max)
+
+        async def fetch_group(req: ByteRange, members: list[int]) -> None:
+            from zarr.abc.store import RangeByteRequest
+
+            if req.stop == req.start:  # zero-length chunks need no request
+                for m in members:
+                    result[wanted[m]] = memoryview(b"")
+                return
+            buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop))
+            if buf is None:
+                raise CorruptShardError(
+                    "shard disappeared while it was being read",
+                    expected="the shard whose index was just read",
+                    found="no object",
+                    key=key,
+                    array=info.name,
+                    advice="Another process deleted or rewrote it; read again.",
+                )
+            for m in members:
+                r = ranges[m]
+                piece = buf[r.start - req.start : r.stop - req.start]
+                if len(piece) != r.stop - r.start:
+                    raise TruncatedShardError(
+                        "inner chunk lies past the end of the shard object",
+                        expected=f"bytes [{r.start}, {r.stop})",
+                        found=f"the object ends at byte {req.start + len(buf)}",
+                        array=info.name,
+                        key=key,
+                        chunk=wanted[m],
+                        advice="The shard is truncated; rewrite it from its source.",
+                    )
+                result[wanted[m]] = piece
+
+        await asyncio.gather(*(fetch_group(req, members) for req, members in groups))
+        return result
+
+    async def _load_index(
+        self, key: str, decoder: ShardDecoder, sem: asyncio.Semaphore
+    ) -> npt.NDArray[np.uint64] | None:
+        """Read, check and cache one shard's index; concurrent loads of one shard in this
+        process share one request."""
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+        fmt = decoder.index
+        cache_key = (self._token, key)
+
+        async def load() -> npt.NDArray[np.uint64] | None:
+            if self.options.index_cache:
+                cached = index_cache().get(cache_key)
+                if cached is not None:
+                    return cached
+            if fmt.location == "start":
+                raw = await self._get(key, sem, RangeByteRequest(0, fmt.nbytes))
+            else:
+                try:
+                    raw = await self._get(key, sem, SuffixByteRequest(fmt.nbytes))
+                except (OSError, ValueError):
+                    # some stores refuse a suffix longer than the object: read it whole
+                    raw = await self._get(key, sem)
+                    if raw is not None and len(raw) >= fmt.nbytes:
+                        raw = raw[-fmt.nbytes :]
+            if raw is None:
+                return None
+            table = decoder.decode_index(raw, shard_nbytes=None, key=key)
+            if self.options.index_cache:
+                index_cache().put(cache_key, table)
+            return table
+
+        return await IN_FLIGHT.run(cache_key, load)  # type: ignore[no-any-return]
+
+
+def _slice_entry(whole: memoryview, entry: npt.NDArray[np.uint64]) -> memoryview | None:
+    offset, nbytes = entry
+    if offset == EMPTY:
+        return None
+    return whole[int(offset) : int(offset) + int(nbytes)]
+
+
+def _all_slices(sel: tuple[Sel, ...]) -> bool:
+    return all(isinstance(s, slice) for s in sel)
+
+
+def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
+    """An index for ``sel`` usable on both sides of an assignment: plain slices when all
+    are slices, else an open mesh (``np.ix_``) of index arrays."""
+    if _all_slices(sel):
+        return sel
+    arrays = [np.arange(s.start, s.stop, s.step or 1) if isinstance(s, slice) else s for s in sel]
+    return np.ix_(*arrays)
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    return math.prod(shape) * dtype.itemsize

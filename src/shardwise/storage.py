@@ -1,0 +1,232 @@
+"""Byte I/O over zarr-python's ``Store`` API: options, range coalescing, the per-process
+shard-index cache, and opening stores from paths and URLs.
+
+All requests are coroutines run on zarr-python's I/O event loop (``zarr.core.sync``), so
+independent requests go out concurrently while the caller's thread does the decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ByteRange",
+    "IndexCache",
+    "ReadOptions",
+    "clear_index_cache",
+    "coalesce",
+    "index_cache",
+    "set_index_cache_size",
+    "store_token",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """How shardwise turns a selection into store requests.
+
+    - ``coalesce_gap``: two byte ranges of one shard separated by at most this many bytes
+      are fetched with one request.
+    - ``coalesce_max``: no coalesced request grows past this many bytes (a single inner
+      chunk larger than this is still fetched whole).
+    - ``whole_shard_fraction``: when a selection needs at least this fraction of a
+      shard's inner chunks and the shard's index is not cached, the whole object is read
+      in one request (index included) instead of index + ranges.
+    - ``index_cache``: keep decoded shard indexes in the per-process cache
+      (:func:`index_cache`). The cache assumes shards do not change while they are being
+      read; turn it off when another process rewrites the shards you read.
+    - ``concurrency``: requests in flight at once per read.
+    """
+
+    coalesce_gap: int = 1 << 20
+    coalesce_max: int = 64 << 20
+    whole_shard_fraction: float = 0.5
+    index_cache: bool = True
+    concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        if self.coalesce_gap < 0 or self.coalesce_max < 1:
+            raise ValueError(
+                f"coalesce_gap must be >= 0 and coalesce_max >= 1, got "
+                f"{self.coalesce_gap} and {self.coalesce_max}"
+            )
+        if not 0.0 <= self.whole_shard_fraction <= 1.0 and self.whole_shard_fraction != float(
+            "inf"
+        ):
+            raise ValueError(
+                f"whole_shard_fraction must be in [0, 1] (or inf to never read whole "
+                f"shards), got {self.whole_shard_fraction}"
+            )
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+
+
+class ByteRange(NamedTuple):
+    start: int
+    stop: int
+
+
+def coalesce(
+    ranges: Sequence[ByteRange], *, gap: int, max_size: int
+) -> list[tuple[ByteRange, list[int]]]:
+    """Group byte ranges into fewer requests.
+
+    Returns ``(request, members)`` pairs, ``members`` being indices into ``ranges``.
+    Ranges are merged, in offset order, while the hole between them is at most ``gap``
+    bytes and the merged request stays within ``max_size`` bytes.
+    """
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i].start)
+    groups: list[tuple[ByteRange, list[int]]] = []
+    cur_start = cur_stop = 0
+    members: list[int] = []
+    for i in order:
+        r = ranges[i]
+        if members and r.start - cur_stop <= gap and max(cur_stop, r.stop) - cur_start <= max_size:
+            cur_stop = max(cur_stop, r.stop)
+            members.append(i)
+            continue
+        if members:
+            groups.append((ByteRange(cur_start, cur_stop), members))
+        cur_start, cur_stop, members = r.start, r.stop, [i]
+    if members:
+        groups.append((ByteRange(cur_start, cur_stop), members))
+    return groups
+
+
+class IndexCache:
+    """A per-process LRU cache of decoded shard indexes, bounded in bytes.
+
+    Thread-safe. Keyed by ``(store token, shard key)``; it assumes a shard does not change
+    while it is cached (use :func:`clear_index_cache` or ``ReadOptions(index_cache=False)``
+    when shards are rewritten under a reader).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max = int(max_bytes)
+        self._entries: OrderedDict[Hashable, npt.NDArray[np.uint64]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max
+
+    @property
+    def nbytes(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | None:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, table: npt.NDArray[np.uint64]) -> None:
+        nbytes = int(table.nbytes)
+        if nbytes > self._max:
+            return
+        table.flags.writeable = False
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= int(old.nbytes)
+            self._entries[key] = table
+            self._size += nbytes
+            while self._size > self._max:
+                _, evicted = self._entries.popitem(last=False)
+                self._size -= int(evicted.nbytes)
+
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= int(old.nbytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._size = 0
+            self.hits = self.misses = 0
+
+    def resize(self, max_bytes: int) -> None:
+        with self._lock:
+            self._max = int(max_bytes)
+            while self._size > self._max and self._entries:
+                _, evicted = self._entries.popitem(last=False)
+                self._size -= int(evicted.nbytes)
+
+
+_DEFAULT_CACHE_BYTES = int(os.environ.get("SHARDWISE_INDEX_CACHE_BYTES", 64 << 20))
+_CACHE = IndexCache(_DEFAULT_CACHE_BYTES)
+
+
+def index_cache() -> IndexCache:
+    """This process's shard-index cache (64 MiB by default, or the
+    ``SHARDWISE_INDEX_CACHE_BYTES`` environment variable)."""
+    return _CACHE
+
+
+def set_index_cache_size(max_bytes: int) -> None:
+    """Bound this process's shard-index cache to ``max_bytes`` (0 turns it off)."""
+    _CACHE.resize(max_bytes)
+
+
+def clear_index_cache() -> None:
+    """Forget every cached shard index in this process."""
+    _CACHE.clear()
+
+
+def store_token(store: Any) -> str:
+    """A string naming a store's location, the same in every process."""
+    return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
+
+
+class InFlight:
+    """Deduplicates concurrent loads of one key on one event loop: the first caller
+    loads, later callers await its result."""
+
+    def __init__(self) -> None:
+        self._pending: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def run(self, key: Hashable, load: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        key = (id(loop), key)
+        fut = self._pending.get(key)
+        if fut is not None:
+            return await asyncio.shield(fut)
+        fut = loop.create_future()
+        self._pending[key] = fut
+        try:
+            value = await load()
+        except BaseException as e:
+            fut.set_exception(e)
+            # nobody may be waiting: mark the exception as retrieved
+            fut.exception()
+            raise
+        else:
+            fut.set_result(value)
+            return value
+        finally:
+            del self._pending[key]
+
+
+# one per process; only touched from zarr-python's I/O loop thread
+IN_FLIGHT = InFlight()
