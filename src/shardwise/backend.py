@@ -50,7 +50,7 @@ class ShardwiseBackendArray(BackendArray):
     def __getitem__(self, key: Any) -> np.ndarray:
         from xarray.core import indexing
 
-        return indexing.explicit_indexing_adapter(  # type: ignore[no-any-return]
+        return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read
         )
 
@@ -79,18 +79,16 @@ class _ShardwiseDataStore(AbstractDataStore):
             info = ArrayInfo.from_metadata(zarr_array.metadata, zarr_array.path)
             reader = ArrayReader(zarr_array.store_path.store, info, self._options)
             encoding = dict(var.encoding)
-            encoding["preferred_chunks"] = dict(
-                zip(var.dims, _preferred_chunks(info), strict=True)
-            )
+            encoding["preferred_chunks"] = dict(zip(var.dims, _preferred_chunks(info), strict=True))
             data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
             variables[name] = Variable(var.dims, data, var.attrs, encoding)
         return FrozenDict(variables)
 
     def get_attrs(self) -> dict[str, Any]:
-        return self._zarr_store.get_attrs()  # type: ignore[no-any-return]
+        return self._zarr_store.get_attrs()
 
     def get_dimensions(self) -> dict[str, int]:
-        return self._zarr_store.get_dimensions()  # type: ignore[no-any-return]
+        return self._zarr_store.get_dimensions()
 
     def close(self, **kwargs: Any) -> None:
         self._zarr_store.close()
@@ -126,9 +124,7 @@ def _read_options(read_options: Any) -> ReadOptions:
     return ReadOptions(**dict(read_options))
 
 
-def _open_zarr_stores(
-    filename_or_obj: Any, *, group: str | None, many: bool, **kwargs: Any
-) -> Any:
+def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **kwargs: Any) -> Any:
     """xarray's ``ZarrStore.open_group`` (or ``open_store`` for all groups), with zarr's
     "nothing here" and "unknown codec" errors turned into shardwise's."""
     from xarray.backends.zarr import ZarrStore
@@ -136,7 +132,9 @@ def _open_zarr_stores(
     from shardwise.errors import NotAZarrStoreError, UnsupportedCodecError
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
-    where = os.fspath(filename_or_obj) if isinstance(filename_or_obj, os.PathLike) else filename_or_obj
+    where = (
+        os.fspath(filename_or_obj) if isinstance(filename_or_obj, os.PathLike) else filename_or_obj
+    )
     try:
         return opener(where, group=group, mode="r", consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:
@@ -194,7 +192,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         # never claim a store ahead of engine="zarr"; users ask for shardwise by name
         return False
 
-    def open_dataset(  # type: ignore[override]
+    def open_dataset(
         self,
         filename_or_obj: Any,
         *,
@@ -211,8 +209,8 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> Dataset:
-        from xarray.core.utils import close_on_error
         from xarray.backends.store import StoreBackendEntrypoint
+        from xarray.core.utils import close_on_error
 
         zarr_store = _open_zarr_stores(
             filename_or_obj,
@@ -235,14 +233,14 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                 decode_timedelta=decode_timedelta,
             )
 
-    def open_datatree(  # type: ignore[override]
-        self, filename_or_obj: Any, **kwargs: Any
-    ) -> DataTree:
+    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
         from xarray.backends.common import datatree_from_dict_with_io_cleanup
 
-        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(filename_or_obj, **kwargs))
+        return datatree_from_dict_with_io_cleanup(
+            self.open_groups_as_dict(filename_or_obj, **kwargs)
+        )
 
-    def open_groups_as_dict(  # type: ignore[override]
+    def open_groups_as_dict(
         self,
         filename_or_obj: Any,
         *,
@@ -259,9 +257,9 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> dict[str, Dataset]:
-        from xarray.core.utils import close_on_error
         from xarray.backends.store import StoreBackendEntrypoint
         from xarray.core.treenode import NodePath
+        from xarray.core.utils import close_on_error
 
         parent = str(NodePath("/") / NodePath(group)) if group else "/"
         zarr_stores = _open_zarr_stores(

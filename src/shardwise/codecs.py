@@ -66,11 +66,10 @@ def index_format_from_codecs(
             array=array,
             advice="Rewrite the array with the default index codecs (bytes + crc32c).",
         )
-    endian = codecs[0].endian or "little"
     return IndexFormat(
         chunks_per_shard=chunks_per_shard,
-        location=location,  # type: ignore[arg-type]
-        endian=endian,
+        location="start" if location == "start" else "end",
+        endian="big" if codecs[0].endian == "big" else "little",
         checksum=len(codecs) == 2,
     )
 
@@ -154,8 +153,7 @@ class ChunkDecoder:
             )
             steps.append(lambda data, ctx: nested.decode(data, key=ctx.key, chunk=ctx.chunk))
         for t in reversed(array_array):
-            inverse = tuple(int(i) for i in np.argsort(t.order))
-            steps.append(lambda arr, ctx, inv=inverse: arr.transpose(inv))
+            steps.append(_transpose_step(tuple(int(i) for i in np.argsort(t.order))))
         return steps
 
     @property
@@ -174,7 +172,7 @@ class ChunkDecoder:
             value: Any = data
             for step in self._steps:
                 value = step(value, ctx)
-            return value  # type: ignore[no-any-return]
+            return value
         except ShardwiseError:
             raise
         except Exception as e:
@@ -248,6 +246,13 @@ def _numcodecs_step(codec: Any, name: str) -> Callable[[Bytes, _Context], Any]:
     return step
 
 
+def _transpose_step(inverse: tuple[int, ...]) -> Callable[[Any, _Context], Any]:
+    def step(arr: npt.NDArray[Any], ctx: _Context) -> npt.NDArray[Any]:
+        return arr.transpose(inverse)
+
+    return step
+
+
 def _bytes_step(
     stored: np.dtype[Any], native: np.dtype[Any], shape: tuple[int, ...]
 ) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
@@ -302,6 +307,7 @@ class ShardDecoder:
             codec.index_codecs, self.chunks_per_shard, codec.index_location, array=array
         )
         self.chunk = ChunkDecoder(codec.codecs, inner, zdtype, fill_value, array=array)
+        self.fill_value = fill_value
         self.array = array
 
     def decode_index(self, raw: Bytes, *, shard_nbytes: int | None, key: str | None):  # type: ignore[no-untyped-def]

@@ -138,7 +138,9 @@ def check_entries(
     offsets, nbytes = flat[:, 0], flat[:, 1]
     empty_o, empty_n = offsets == EMPTY, nbytes == EMPTY
 
-    def fail(i: int, problem: str, expected: str, found: str, cls: type = CorruptShardError) -> None:
+    def fail(
+        i: int, problem: str, expected: str, found: str, cls: type = CorruptShardError
+    ) -> None:
         raise cls(
             problem,
             expected=expected,
@@ -167,22 +169,33 @@ def check_entries(
     overflow = n > (EMPTY - o)
     if overflow.any():
         i = int(present[np.flatnonzero(overflow)[0]])
-        fail(i, "shard index entry overflows", "offset + nbytes < 2**64",
-             f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}")
+        fail(
+            i,
+            "shard index entry overflows",
+            "offset + nbytes < 2**64",
+            f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+        )
     end = o + n
     low = o < np.uint64(data_start)
     if low.any():
         i = int(present[np.flatnonzero(low)[0]])
-        fail(i, "inner chunk overlaps the shard index", f"offset >= {data_start}",
-             f"offset={int(offsets[i])}")
+        fail(
+            i,
+            "inner chunk overlaps the shard index",
+            f"offset >= {data_start}",
+            f"offset={int(offsets[i])}",
+        )
     if data_stop is not None:
         high = end > np.uint64(max(data_stop, 0))
         if high.any():
             i = int(present[np.flatnonzero(high)[0]])
-            fail(i, "inner chunk lies outside the shard object",
-                 f"offset + nbytes <= {data_stop}",
-                 f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
-                 TruncatedShardError)
+            fail(
+                i,
+                "inner chunk lies outside the shard object",
+                f"offset + nbytes <= {data_stop}",
+                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+                TruncatedShardError,
+            )
     if present.size > 1:
         order = np.lexsort((n, o))
         so, sn, se = o[order], n[order], end[order]
@@ -192,5 +205,9 @@ def check_entries(
         if clash.any():
             k = int(np.flatnonzero(clash)[0]) + 1
             i = int(present[order[k]])
-            fail(i, "inner chunks overlap in the shard", "disjoint byte ranges",
-                 f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}")
+            fail(
+                i,
+                "inner chunks overlap in the shard",
+                "disjoint byte ranges",
+                f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}",
+            )

@@ -137,8 +137,7 @@ class DimGrid:
             return []
         last = start + (count - 1) * step
         out: list[DimPiece] = []
-        first_shard = int(self.shard_of(np.int64(start)))
-        last_shard = int(self.shard_of(np.int64(last)))
+        first_shard, last_shard = (int(s) for s in self.shard_of(np.array([start, last])))
         for s in range(first_shard, last_shard + 1):
             s0 = self.shard_start(s)
             s_end = min(s0 + self.shard_size(s), self.extent)
@@ -183,9 +182,7 @@ class DimGrid:
         j = (coords - s0) // c
         # one group per (shard, inner chunk), in ascending order
         group_key = shard * (int(np.max(j)) + 1) + j
-        keys, first, inverse, counts = np.unique(
-            group_key, return_index=True, return_inverse=True, return_counts=True
-        )
+        keys, inverse, counts = np.unique(group_key, return_inverse=True, return_counts=True)
         order = np.argsort(inverse, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
         out: list[DimPiece] = []

@@ -92,7 +92,7 @@ class ArrayInfo:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return self.metadata.data_type.to_native_dtype()  # type: ignore[no-any-return]
+        return self.metadata.data_type.to_native_dtype()
 
     @property
     def fill_value(self) -> Any:

@@ -8,7 +8,6 @@ coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,7 +99,9 @@ class ArrayReader:
                     info.sharding, shape, info.zdtype, info.fill_value, array=info.name
                 )
             else:
-                dec = ChunkDecoder(info.codecs, shape, info.zdtype, info.fill_value, array=info.name)
+                dec = ChunkDecoder(
+                    info.codecs, shape, info.zdtype, info.fill_value, array=info.name
+                )
             self._decoders[shape] = dec
         return dec
 
@@ -287,7 +288,7 @@ class ArrayReader:
                 index_cache().put(cache_key, table)
             return table
 
-        return await IN_FLIGHT.run(cache_key, load)  # type: ignore[no-any-return]
+        return await IN_FLIGHT.run(cache_key, load)
 
 
 def _slice_entry(whole: memoryview, entry: npt.NDArray[np.uint64]) -> memoryview | None:
@@ -309,6 +310,3 @@ def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
     arrays = [np.arange(s.start, s.stop, s.step or 1) if isinstance(s, slice) else s for s in sel]
     return np.ix_(*arrays)
 
-
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
-    return math.prod(shape) * dtype.itemsize
