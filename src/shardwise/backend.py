@@ -128,8 +128,10 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
     """xarray's ``ZarrStore.open_group`` (or ``open_store`` for all groups), with zarr's
     "nothing here" and "unknown codec" errors turned into shardwise's."""
     from xarray.backends.zarr import ZarrStore
+    from zarr.errors import UnknownCodecError
 
-    from shardwise.errors import NotAZarrStoreError, UnsupportedCodecError
+    from shardwise.errors import NotAZarrStoreError
+    from shardwise.metadata import unknown_codec_error
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = (
@@ -147,18 +149,16 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
             advice=f"Check the path {where!r} and group {group!r}; write the store with "
             "shardwise, xarray or zarr-python first.",
         ) from e
-    except (KeyError, ValueError) as e:
-        text = str(e)
-        if "codec" not in text.lower():
-            raise
-        raise UnsupportedCodecError(
-            "the store names a codec zarr-python does not know",
-            expected="a codec registered with zarr-python",
-            found=text,
-            array=group or "/",
-            advice="Install the package that registers this codec with zarr-python "
-            "(zarr.registry.register_codec) and open again.",
-        ) from e
+    except UnknownCodecError as e:
+        import zarr
+
+        try:
+            store = zarr.open_group(
+                where, mode="r", storage_options=kwargs.get("storage_options")
+            ).store
+        except Exception:
+            store = None
+        raise unknown_codec_error(store, group or "", e) from e
 
 
 class ShardwiseBackendEntrypoint(BackendEntrypoint):

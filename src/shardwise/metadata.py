@@ -2,15 +2,66 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardwise.errors import UnsupportedArrayError
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.layout import ShardLayout
 
-__all__ = ["ArrayInfo"]
+__all__ = ["ArrayInfo", "unknown_codec_error"]
+
+
+def unknown_codec_error(store: Any, prefix: str, error: Exception) -> UnsupportedCodecError:
+    """Turn zarr-python's ``UnknownCodecError`` into one that names the array and the
+    metadata key that asks for the codec (found by reading the ``zarr.json`` documents
+    under ``prefix``; only done when opening has already failed)."""
+    from zarr.core.sync import sync
+
+    match = re.search(r"codec '([^']+)'", str(error))
+    codec = match.group(1) if match else None
+    key = array = None
+    if codec is not None and store is not None:
+        try:
+            key = sync(_find_codec_user(store, prefix.strip("/"), codec))
+        except Exception:  # the error below is what matters; finding the key is a bonus
+            key = None
+    if key is not None:
+        array = key.removesuffix("zarr.json").strip("/") or "/"
+    return UnsupportedCodecError(
+        "the array's metadata names a codec zarr-python does not know",
+        expected="a codec registered with zarr-python",
+        found=repr(codec) if codec else str(error),
+        array=array,
+        key=key,
+        advice="Install the package that registers this codec with zarr-python "
+        "(zarr.registry.register_codec), then open again.",
+    )
+
+
+async def _find_codec_user(store: Any, prefix: str, codec: str) -> str | None:
+    from zarr.core.buffer import default_buffer_prototype
+
+    async for key in store.list_prefix(f"{prefix}/" if prefix else ""):
+        if not key.endswith("zarr.json"):
+            continue
+        buf = await store.get(key, default_buffer_prototype())
+        if buf is not None and _names_codec(json.loads(buf.to_bytes()).get("codecs"), codec):
+            return str(key)
+    return None
+
+
+def _names_codec(codecs: Any, name: str) -> bool:
+    if isinstance(codecs, list):
+        return any(_names_codec(c, name) for c in codecs)
+    if isinstance(codecs, dict):
+        return codecs.get("name") == name or any(
+            _names_codec(v, name) for v in codecs.values() if isinstance(v, list | dict)
+        )
+    return False
 
 
 @dataclass(frozen=True)

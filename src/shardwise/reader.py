@@ -18,7 +18,7 @@ from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import CorruptShardError, NotAZarrStoreError, TruncatedShardError
 from shardwise.index import EMPTY
 from shardwise.layout import ReadPlan, Sel, ShardRead
-from shardwise.metadata import ArrayInfo
+from shardwise.metadata import ArrayInfo, unknown_codec_error
 from shardwise.storage import IN_FLIGHT, ByteRange, ReadOptions, coalesce, index_cache, store_token
 
 __all__ = ["ArrayReader"]
@@ -53,9 +53,13 @@ class ArrayReader:
     ) -> ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``)."""
         import zarr
+        from zarr.errors import UnknownCodecError
 
         try:
             arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
+        except UnknownCodecError as e:
+            root = zarr.open_group(store, mode="r", storage_options=storage_options).store
+            raise unknown_codec_error(root, path, e) from e
         except FileNotFoundError as e:
             raise NotAZarrStoreError(
                 "no Zarr array here",
@@ -309,4 +313,3 @@ def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
         return sel
     arrays = [np.arange(s.start, s.stop, s.step or 1) if isinstance(s, slice) else s for s in sel]
     return np.ix_(*arrays)
-

@@ -1,0 +1,138 @@
+"""Helpers for testing code that uses shardwise (shipped, like ``zarr.testing``).
+
+:class:`CountingStore` wraps any zarr-python ``Store`` and records every request, so
+tests and benchmarks can say exactly how many reads and writes a job cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.storage import WrapperStore
+
+__all__ = ["CountingStore", "Request", "RequestLog"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One store call: ``op`` is "get", "set" or "delete"; ``byte_range`` describes a
+    ranged read ("whole", "[a, b)", "last n", "from a")."""
+
+    op: str
+    key: str
+    byte_range: str = "whole"
+
+
+@dataclass
+class RequestLog:
+    """A thread-safe list of :class:`Request`, shared by every copy of a CountingStore."""
+
+    requests: list[Request] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def gets(self, suffix: str = "") -> list[Request]:
+        """Reads of keys ending in ``suffix`` (metadata reads excluded unless asked for)."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.op == "get"
+                and r.key.endswith(suffix)
+                and (suffix.endswith("zarr.json") or not r.key.endswith("zarr.json"))
+            ]
+
+    def sets(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.op == "set"]
+
+    def per_key(self, op: str = "get") -> Counter[str]:
+        with self._lock:
+            return Counter(
+                r.key for r in self.requests if r.op == op and not r.key.endswith("zarr.json")
+            )
+
+
+def _describe(byte_range: ByteRequest | None) -> str:
+    if byte_range is None:
+        return "whole"
+    if isinstance(byte_range, RangeByteRequest):
+        return f"[{byte_range.start}, {byte_range.end})"
+    if isinstance(byte_range, SuffixByteRequest):
+        return f"last {byte_range.suffix}"
+    return f"from {byte_range.offset}"
+
+
+class CountingStore(WrapperStore[Store]):
+    """A store that records every get/set/delete it passes to the store it wraps.
+
+    Copies made by zarr-python (``with_read_only``) share one :class:`RequestLog`.
+    """
+
+    def __init__(self, store: Store, log: RequestLog | None = None) -> None:
+        super().__init__(store)
+        self.log = log if log is not None else RequestLog()
+
+    def _with_store(self, store: Store) -> Self:
+        return type(self)(store, self.log)
+
+    def __str__(self) -> str:
+        return f"counting-{self._store}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self._store}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # the log does not travel between processes: a copy counts on its own
+        self.__init__(state["store"])  # type: ignore[misc]
+
+    async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
+        self.log.add(Request("get", key, _describe(byte_range)))
+        return await self._store.get(key, prototype, byte_range)
+
+    def get_sync(
+        self, key: str, *, prototype: Any = None, byte_range: ByteRequest | None = None
+    ) -> Any:
+        self.log.add(Request("get", key, _describe(byte_range)))
+        return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    async def get_partial_values(
+        self, prototype: Any, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Any]:
+        key_ranges = list(key_ranges)
+        for key, byte_range in key_ranges:
+            self.log.add(Request("get", key, _describe(byte_range)))
+        return await self._store.get_partial_values(prototype, key_ranges)
+
+    def get_ranges(self, key: str, byte_ranges: Any, **kwargs: Any) -> Any:
+        # zarr-python's default, which issues (and so counts) one get per merged range
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        return Store.get_ranges(self, key, byte_ranges, **kwargs)
+
+    async def set(self, key: str, value: Any) -> None:
+        self.log.add(Request("set", key))
+        await self._store.set(key, value)
+
+    def set_sync(self, key: str, value: Any) -> None:
+        self.log.add(Request("set", key))
+        super().set_sync(key, value)
+
+    async def delete(self, key: str) -> None:
+        self.log.add(Request("delete", key))
+        await self._store.delete(key)
+
+    def delete_sync(self, key: str) -> None:
+        self.log.add(Request("delete", key))
+        super().delete_sync(key)

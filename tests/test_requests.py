@@ -1,0 +1,125 @@
+"""Store requests, counted with a wrapping store."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+from zarr.storage import LocalStore
+
+import shardwise
+from shardwise.testing import CountingStore
+
+
+@pytest.fixture
+def counted(weather_store):
+    path, ds = weather_store
+    store = CountingStore(LocalStore(path, read_only=True))
+    return store, ds
+
+
+def open_counted(store, **kwargs):
+    ds = xr.open_dataset(store, engine="shardwise", consolidated=False, **kwargs)
+    store.log.clear()  # count data reads only
+    return ds
+
+
+def open_inner_chunked(store, **kwargs):
+    """Dask chunks = inner chunks. xarray warns that they split the preferred (shard)
+    chunks; with shardwise that costs one cached index read per shard."""
+    with pytest.warns(UserWarning, match="separate the stored chunks"):
+        ds = xr.open_dataset(
+            store,
+            engine="shardwise",
+            consolidated=False,
+            chunks={"time": 5, "y": 10, "x": 10},
+            **kwargs,
+        )
+    store.log.clear()  # count data reads only
+    return ds
+
+
+def shard_keys(ds, name):
+    enc = ds[name].encoding
+    grid = [-(-n // s) for n, s in zip(ds[name].shape, enc["shards"], strict=True)]
+    return {f"{name}/c/" + "/".join(map(str, idx)) for idx in np.ndindex(*grid)}
+
+
+def test_whole_array_with_shard_chunks_is_one_read_per_shard(counted):
+    store, _ = counted
+    ds = open_counted(store, chunks={})
+    assert ds.temperature.chunks == ((10, 10, 10, 10), (30,), (20,))
+    with dask.config.set(scheduler="threads"):
+        ds.temperature.load()
+    per_key = store.log.per_key()
+    assert set(per_key) == shard_keys(ds, "temperature")
+    assert all(n <= 2 for n in per_key.values()), per_key
+    assert all(r.byte_range == "whole" for r in store.log.gets())
+    # and the values are right
+    xr.testing.assert_identical(
+        ds.temperature.compute(),
+        xr.open_dataset(store, engine="zarr", consolidated=False).temperature.compute(),
+    )
+
+
+def test_inner_chunk_sized_dask_chunks_read_each_index_once(counted):
+    store, _ = counted
+    ds = open_inner_chunked(store)
+    assert ds.temperature.data.numblocks == (8, 3, 2)
+    with dask.config.set(scheduler="threads", num_workers=4):
+        ds.temperature.load()
+    gets = store.log.gets()
+    index_reads = [r for r in gets if r.byte_range.startswith("last")]
+    data_reads = [r for r in gets if r.byte_range.startswith("[")]
+    assert len(index_reads) == 4  # one per shard, shared by the 12 tasks of each shard
+    assert {r.key for r in index_reads} == shard_keys(ds, "temperature")
+    assert len(data_reads) == 8 * 3 * 2  # one ranged read per inner chunk
+    assert len(gets) == len(index_reads) + len(data_reads)
+
+
+def test_index_cache_can_be_turned_off(counted):
+    store, _ = counted
+    ds = open_inner_chunked(store, read_options={"index_cache": False})
+    with dask.config.set(scheduler="synchronous"):
+        ds.temperature.load()
+    index_reads = [r for r in store.log.gets() if r.byte_range.startswith("last")]
+    assert len(index_reads) == 8 * 3 * 2  # every task reads its shard's index
+    assert len(shardwise.index_cache()) == 0
+
+
+def test_small_region_reads_index_then_coalesced_range(counted):
+    store, expected = counted
+    ds = open_counted(store)
+    # time 10..19 is shard 1; y 0..14 and x 0..9 touch inner chunks (2 of 2) x (2 of 3) x (1 of 2)
+    region = ds.temperature.isel(time=slice(10, 20), y=slice(0, 15), x=slice(0, 10)).values
+    gets = store.log.gets()
+    assert [r.byte_range.split()[0] for r in gets] == ["last", gets[1].byte_range.split()[0]]
+    assert gets[1].byte_range.startswith("[")  # 4 inner chunks in one coalesced range
+    assert {r.key for r in gets} == {"temperature/c/1/0/0"}
+    np.testing.assert_allclose(
+        region,
+        expected.temperature.isel(time=slice(10, 20), y=slice(0, 15), x=slice(0, 10)),
+        atol=0.006,
+    )
+    # a second read of the same shard uses the cached index: ranges only
+    store.log.clear()
+    ds.temperature.isel(time=12, y=20, x=5).load()
+    assert [r.byte_range[0] for r in store.log.gets()] == ["["]
+
+
+def test_no_coalescing_issues_one_range_per_chunk(weather_store):
+    path, _ = weather_store
+    store = CountingStore(LocalStore(path, read_only=True))
+    options = shardwise.ReadOptions(coalesce_gap=0, coalesce_max=1, whole_shard_fraction=1.0)
+    ds = open_counted(store, read_options=options)
+    ds.temperature.isel(time=slice(10, 20), y=slice(0, 15), x=slice(0, 10)).load()
+    ranged = [r for r in store.log.gets() if r.byte_range.startswith("[")]
+    assert len(ranged) == 2 * 2 * 1
+
+
+def test_whole_shard_read_when_most_chunks_are_wanted(counted):
+    store, _ = counted
+    ds = open_counted(store)
+    ds.temperature.isel(time=slice(10, 20)).load()  # all inner chunks of shard 1
+    assert [(r.key, r.byte_range) for r in store.log.gets()] == [("temperature/c/1/0/0", "whole")]

@@ -1,0 +1,204 @@
+"""The xarray engine: identical to engine="zarr" in everything but how data is read."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.storage import LocalStore
+
+from shardwise.backend import ShardwiseBackendArray
+from shardwise.testing import CountingStore
+
+from datasets import WEATHER_ENCODING, weather
+
+
+def open_both(path, **kwargs):
+    kwargs.setdefault("consolidated", False)
+    return (
+        xr.open_dataset(path, engine="zarr", **kwargs),
+        xr.open_dataset(path, engine="shardwise", **kwargs),
+    )
+
+
+def test_engine_is_registered():
+    assert "shardwise" in xr.backends.list_engines()
+
+
+def test_identical_to_zarr_engine(weather_store):
+    path, source = weather_store
+    ref, ds = open_both(path)
+    xr.testing.assert_identical(ds, ref)
+    xr.testing.assert_identical(ds.load(), ref.load())
+    # CF decoding happened: times, packed integers, fill values
+    assert ds.time.dtype.kind == "M"
+    assert ds.temperature.dtype == np.float64  # unpacked with a float64 scale_factor
+    assert np.isnan(ds.temperature.values[:, :3, :3]).all()
+    np.testing.assert_allclose(ds.temperature, source.temperature, atol=0.006)
+    np.testing.assert_array_equal(ds.precip, source.precip)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mask_and_scale": False},
+        {"decode_times": False},
+        {"decode_cf": False},
+        {"drop_variables": ["precip"]},
+        {"decode_coords": False, "concat_characters": False},
+    ],
+)
+def test_decoding_options_match_zarr_engine(weather_store, kwargs):
+    path, _ = weather_store
+    ref, ds = open_both(path, **kwargs)
+    xr.testing.assert_identical(ds.load(), ref.load())
+
+
+def test_encoding_matches_zarr_engine_except_preferred_chunks(weather_store):
+    path, _ = weather_store
+    ref, ds = open_both(path)
+    for name in ("temperature", "precip"):
+        ours, theirs = dict(ds[name].encoding), dict(ref[name].encoding)
+        assert ours.pop("preferred_chunks") == dict(
+            zip(ds[name].dims, WEATHER_ENCODING[name]["shards"], strict=True)
+        )
+        theirs.pop("preferred_chunks")
+        np.testing.assert_equal(ours, theirs)  # NaN fill values compare equal here
+        assert ours["chunks"] == WEATHER_ENCODING[name]["chunks"]
+        assert ours["shards"] == WEATHER_ENCODING[name]["shards"]
+
+
+def test_chunks_default_to_shards(weather_store):
+    path, _ = weather_store
+    ds = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+    assert ds.temperature.chunks == ((10,) * 4, (30,), (20,))
+    assert ds.precip.chunks == ((16, 16, 8), (30,), (10, 10))
+    ref = xr.open_dataset(path, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(ds.compute(), ref.compute())
+
+
+def test_indexing_matches_zarr_engine(weather_store):
+    path, _ = weather_store
+    ref, ds = open_both(path)
+    i = xr.DataArray([3, 0, 17, 17], dims="p")
+    j = xr.DataArray([29, 1, 4, 4], dims="p")
+    selections = [
+        {"time": 7},
+        {"time": slice(3, 33, 4), "y": slice(None, None, -2)},
+        {"time": [9, 2, 2, 31], "x": slice(5, 15)},
+        {"time": i, "y": j, "x": i},  # vectorized (pointwise)
+        {"time": slice(0, 0)},
+    ]
+    for sel in selections:
+        xr.testing.assert_identical(ds.isel(sel).load(), ref.isel(sel).load())
+    # vectorized through the raw backend array, with a 2-d index
+    idx = xr.DataArray(np.array([[1, 2], [19, 0]]), dims=("a", "b"))
+    xr.testing.assert_identical(
+        ds.temperature.isel(time=idx, x=idx).load(), ref.temperature.isel(time=idx, x=idx).load()
+    )
+
+
+def test_backend_array_is_picklable(weather_store):
+    path, _ = weather_store
+    ds = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+    back = pickle.loads(pickle.dumps(ds))
+    xr.testing.assert_identical(back.compute(), ds.compute())
+    variable = xr.open_dataset(path, engine="shardwise", consolidated=False).temperature.variable
+    array = variable._data.array  # LazilyIndexedArray -> ShardwiseBackendArray
+    while not isinstance(array, ShardwiseBackendArray):
+        array = array.array
+    copy = pickle.loads(pickle.dumps(array))
+    np.testing.assert_array_equal(copy.reader[:], array.reader[:])
+
+
+def test_threads_share_one_reader(weather_store):
+    path, _ = weather_store
+    ds = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+    with dask.config.set(scheduler="threads", num_workers=8):
+        for _ in range(3):
+            total = ds.precip.sum().compute()
+    np.testing.assert_allclose(total, weather().precip.sum())
+
+
+def test_unsharded_arrays(tmp_path):
+    ds = weather()
+    ds.to_zarr(
+        tmp_path / "u.zarr",
+        zarr_format=3,
+        consolidated=False,
+        encoding={"temperature": {"chunks": (7, 11, 20)}, "precip": {"chunks": (40, 30, 20)}},
+    )
+    ref, got = open_both(tmp_path / "u.zarr", chunks={})
+    assert got.temperature.encoding["shards"] is None
+    assert got.temperature.chunks == ((7,) * 5 + (5,), (11, 11, 8), (20,))
+    xr.testing.assert_identical(got.compute(), ref.compute())
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_consolidated_metadata_is_used(tmp_path):
+    weather().to_zarr(tmp_path / "c.zarr", zarr_format=3, encoding=WEATHER_ENCODING)
+    store = CountingStore(LocalStore(tmp_path / "c.zarr", read_only=True))
+    ds = xr.open_dataset(store, engine="shardwise", consolidated=True)
+    metadata_reads = [r.key for r in store.log.requests if r.key.endswith("zarr.json")]
+    assert metadata_reads == ["zarr.json"]  # one read: the consolidated root document
+    ref = xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=True)
+    xr.testing.assert_identical(ds.load(), ref.load())
+
+
+def test_groups_and_datatree(tmp_path):
+    path = tmp_path / "tree.zarr"
+    tree = xr.DataTree.from_dict(
+        {
+            "/": xr.Dataset(attrs={"title": "tree"}),
+            "/surface": weather(nt=12),
+            "/surface/again": weather(nt=12, seed=1).drop_vars("station"),
+        }
+    )
+    encoding = {
+        "/surface": WEATHER_ENCODING,
+        "/surface/again": {"temperature": {"chunks": (2, 10, 10), "shards": (6, 30, 20)}},
+    }
+    tree.to_zarr(path, zarr_format=3, consolidated=False, encoding=encoding)
+    ours = xr.open_datatree(path, engine="shardwise", consolidated=False)
+    ref = xr.open_datatree(path, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(ours.load(), ref.load())
+    ds = xr.open_dataset(path, engine="shardwise", group="surface/again", consolidated=False)
+    xr.testing.assert_identical(ds.load(), ref["surface/again"].to_dataset(inherit=False).load())
+    sub = xr.open_datatree(path, engine="shardwise", group="surface", consolidated=False)
+    ref_sub = xr.open_datatree(path, engine="zarr", group="surface", consolidated=False)
+    xr.testing.assert_identical(sub.load(), ref_sub.load())
+
+
+def test_rectilinear_shards(tmp_path):
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        root = zarr.open_group(tmp_path / "r.zarr", mode="w", zarr_format=3)
+        a = root.create_array(
+            "v",
+            shape=(30, 12),
+            chunks=(5, 4),
+            shards=[[10, 20], [12]],
+            dtype="f4",
+            dimension_names=["t", "x"],
+            fill_value=np.nan,
+        )
+        a[:] = np.arange(360, dtype="f4").reshape(30, 12)
+        ref, ds = open_both(tmp_path / "r.zarr", chunks={})
+        assert ds.v.chunks == ((10, 20), (12,))
+        xr.testing.assert_identical(ds.compute(), ref.compute())
+
+
+def test_entrypoint_module_is_light():
+    """Listing engines imports the entrypoint module; it must not import zarr or dask."""
+    code = (
+        "import sys, xarray as xr; xr.backends.list_engines(); import shardwise.backend; "
+        "heavy = [m for m in ('zarr', 'dask', 'numcodecs', 'distributed', 'shardwise.reader') "
+        "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
