@@ -123,3 +123,25 @@ def test_whole_shard_read_when_most_chunks_are_wanted(counted):
     ds = open_counted(store)
     ds.temperature.isel(time=slice(10, 20)).load()  # all inner chunks of shard 1
     assert [(r.key, r.byte_range) for r in store.log.gets()] == [("temperature/c/1/0/0", "whole")]
+
+
+def test_reopening_a_rewritten_store_does_not_use_old_indexes(tmp_path):
+    """Indexes are cached per opened array: write, read, rewrite, open again, read."""
+    path = tmp_path / "r.zarr"
+    enc = {"v": {"chunks": (5,), "shards": (20,), "compressors": None}}
+    first = xr.Dataset({"v": ("x", np.arange(40.0))})
+    first.to_zarr(path, zarr_format=3, encoding=enc, consolidated=False)
+    opened = xr.open_dataset(path, engine="shardwise", consolidated=False)
+    assert float(opened.v[3]) == 3.0  # caches the index of shard 0
+    # same shape, different sizes inside the shard: zstd-compressed now
+    second = xr.Dataset({"v": ("x", np.arange(40.0) * 2)})
+    second.to_zarr(
+        path,
+        zarr_format=3,
+        mode="w",
+        consolidated=False,
+        encoding={"v": {"chunks": (5,), "shards": (20,)}},
+    )
+    again = xr.open_dataset(path, engine="shardwise", consolidated=False)
+    assert float(again.v[3]) == 6.0
+    xr.testing.assert_identical(again.load(), second)

@@ -8,6 +8,7 @@ coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +36,21 @@ class ArrayReader:
     side), so one reader can serve every task of a dask graph.
     """
 
-    def __init__(self, store: Any, info: ArrayInfo, options: ReadOptions | None = None):
+    def __init__(
+        self,
+        store: Any,
+        info: ArrayInfo,
+        options: ReadOptions | None = None,
+        *,
+        session: str | None = None,
+    ):
         self.store = store
         self.info = info
         self.options = options or ReadOptions()
-        self._token = store_token(store)
+        # cached shard indexes belong to this reader (and its pickled copies): a store
+        # rewritten and opened again never meets the indexes of its old shards
+        self.session = session or uuid.uuid4().hex
+        self._token = f"{store_token(store)}#{self.session}"
         self._decoders: dict[tuple[int, ...], ShardDecoder | ChunkDecoder] = {}
 
     @classmethod
@@ -72,10 +83,17 @@ class ArrayReader:
         return cls(arr.store_path.store, ArrayInfo.from_metadata(arr.metadata, arr.path), options)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"store": self.store, "info": self.info, "options": self.options}
+        return {
+            "store": self.store,
+            "info": self.info,
+            "options": self.options,
+            "session": self.session,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["store"], state["info"], state["options"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["store"], state["info"], state["options"], session=state["session"]
+        )
 
     def __repr__(self) -> str:
         return f"<shardwise.ArrayReader {self.info.name} shape={self.shape} of {self.store}>"

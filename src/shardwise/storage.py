@@ -105,9 +105,11 @@ def coalesce(
 class IndexCache:
     """A per-process LRU cache of decoded shard indexes, bounded in bytes.
 
-    Thread-safe. Keyed by ``(store token, shard key)``; it assumes a shard does not change
-    while it is cached (use :func:`clear_index_cache` or ``ReadOptions(index_cache=False)``
-    when shards are rewritten under a reader).
+    Thread-safe. Keyed by ``(reader token, shard key)``, the reader token naming the store
+    and the opened array (an :class:`~shardwise.reader.ArrayReader` and its pickled copies
+    on dask workers share one), so an array opened again after its shards were rewritten
+    starts with no cached indexes. Within one opened array it assumes shards do not change
+    (use ``ReadOptions(index_cache=False)`` when they are rewritten under a reader).
     """
 
     def __init__(self, max_bytes: int) -> None:
