@@ -9,6 +9,7 @@ zarr-python's own codec pipeline, so nothing zarr-python can read is refused her
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,10 +36,16 @@ def _codec_name(codec: Any) -> str:
 class _Context:
     """Where a decode happens, for error messages."""
 
-    __slots__ = ("array", "chunk", "key")
+    __slots__ = ("array", "chunk", "key", "scratch")
 
-    def __init__(self, array: str | None, key: str | None, chunk: tuple[int, ...] | None):
-        self.array, self.key, self.chunk = array, key, chunk
+    def __init__(
+        self,
+        array: str | None,
+        key: str | None,
+        chunk: tuple[int, ...] | None,
+        scratch: bool = False,
+    ):
+        self.array, self.key, self.chunk, self.scratch = array, key, chunk, scratch
 
 
 def index_format_from_codecs(
@@ -127,16 +134,25 @@ class ChunkDecoder:
         if array_bytes is None:
             return None
 
+        def decompressor(codec: Any) -> tuple[Any, str]:
+            if isinstance(codec, ZstdCodec):
+                return numcodecs.Zstd(), "zstd"
+            if isinstance(codec, GzipCodec):
+                return numcodecs.GZip(), "gzip"
+            return numcodecs.Blosc(), "blosc"
+
+        # the decompressor next to a `bytes` codec decompresses straight into an array
+        fuse = (
+            isinstance(array_bytes, BytesCodec)
+            and bool(bytes_bytes)
+            and not isinstance(bytes_bytes[0], Crc32cCodec)
+        )
         steps: list[Callable[[Any, _Context], Any]] = []
-        for codec in reversed(bytes_bytes):
+        for i, codec in reversed(list(enumerate(bytes_bytes))):
             if isinstance(codec, Crc32cCodec):
                 steps.append(_verify_crc32c)
-            elif isinstance(codec, ZstdCodec):
-                steps.append(_numcodecs_step(numcodecs.Zstd(), "zstd"))
-            elif isinstance(codec, GzipCodec):
-                steps.append(_numcodecs_step(numcodecs.GZip(), "gzip"))
-            else:
-                steps.append(_numcodecs_step(numcodecs.Blosc(), "blosc"))
+            elif not (fuse and i == 0):
+                steps.append(_numcodecs_step(*decompressor(codec)))
 
         encoded_shape = self.shape
         for t in array_array:
@@ -146,7 +162,11 @@ class ChunkDecoder:
             stored = self.dtype
             if self.dtype.itemsize > 1 and endian is not None:
                 stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
-            steps.append(_bytes_step(stored, self.dtype, encoded_shape))
+            to_array = _bytes_step(stored, self.dtype, encoded_shape)
+            if fuse:
+                steps.append(_decompress_to_array_step(*decompressor(bytes_bytes[0]), to_array))
+            else:
+                steps.append(to_array)
         else:
             nested = ShardDecoder(
                 array_bytes, encoded_shape, self.zdtype, self.fill_value, array=self.array
@@ -162,10 +182,20 @@ class ChunkDecoder:
 
     # -- decoding ------------------------------------------------------------------------
     def decode(
-        self, data: Bytes, *, key: str | None = None, chunk: tuple[int, ...] | None = None
+        self,
+        data: Bytes,
+        *,
+        key: str | None = None,
+        chunk: tuple[int, ...] | None = None,
+        scratch: bool = False,
     ) -> npt.NDArray[Any]:
-        """Decode one chunk; errors name the array, ``key`` and ``chunk``."""
-        ctx = _Context(self.array, key, chunk)
+        """Decode one chunk; errors name the array, ``key`` and ``chunk``.
+
+        With ``scratch=True`` the result may be a view of a per-thread buffer that the
+        next ``scratch=True`` decode in the same thread overwrites: copy it out first.
+        That saves allocating (and, in dask workers, page-faulting) a buffer per chunk.
+        """
+        ctx = _Context(self.array, key, chunk, scratch)
         try:
             if self._steps is None:
                 return self._zarr_decode(data)
@@ -253,6 +283,63 @@ def _transpose_step(inverse: tuple[int, ...]) -> Callable[[Any, _Context], Any]:
     return step
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(nbytes: int) -> npt.NDArray[np.uint8]:
+    """A per-thread buffer of at least ``nbytes``, reused from call to call."""
+    buf: npt.NDArray[np.uint8] | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        _SCRATCH.buf = buf
+    return buf[:nbytes]
+
+
+def decoded_size(name: str, data: Bytes) -> int | None:
+    """The decompressed size a zstd frame, gzip member or blosc buffer declares in its
+    header or trailer, or None when it does not say."""
+    view = memoryview(data).cast("B")
+    n = len(view)
+    if name == "blosc":
+        return int.from_bytes(view[4:8], "little") if n >= 16 else None
+    if name == "gzip":
+        # ISIZE: the size modulo 2**32 of the (last) member
+        return int.from_bytes(view[-4:], "little") if n >= 18 else None
+    # zstd frame header: magic, descriptor, [window], [dictionary id], [content size]
+    if n < 6 or int.from_bytes(view[:4], "little") != 0xFD2FB528:
+        return None
+    fhd = view[4]
+    single_segment = (fhd >> 5) & 1
+    fcs_size = (1 if single_segment else 0, 2, 4, 8)[fhd >> 6]
+    if fcs_size == 0:
+        return None
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3]
+    if n < start + fcs_size:
+        return None
+    size = int.from_bytes(view[start : start + fcs_size], "little")
+    return size + 256 if fcs_size == 2 else size
+
+
+def _decompress_to_array_step(
+    codec: Any, name: str, to_array: Callable[[Bytes, _Context], npt.NDArray[Any]]
+) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
+    """Decompress into a buffer of exactly the chunk's size (a per-thread scratch buffer
+    when the caller allows), then view it as the array. Chunks whose header does not
+    declare that size take the ordinary path, which reports a wrong size."""
+    decode = codec.decode
+    expected = to_array.expected  # type: ignore[attr-defined]
+
+    def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
+        if decoded_size(name, data) != expected or (name == "gzip" and expected >= 2**32):
+            return to_array(decode(data), ctx)
+        out = _scratch(expected) if ctx.scratch else np.empty(expected, dtype=np.uint8)
+        decode(data, out=out)
+        return to_array(out, ctx)
+
+    step.__name__ = f"decode_{name}_to_array"
+    return step
+
+
 def _bytes_step(
     stored: np.dtype[Any], native: np.dtype[Any], shape: tuple[int, ...]
 ) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
@@ -273,6 +360,7 @@ def _bytes_step(
         arr = np.frombuffer(view, dtype=stored).reshape(shape)
         return arr.astype(native) if swap else arr
 
+    step.expected = expected  # type: ignore[attr-defined]
     return step
 
 
@@ -341,5 +429,7 @@ class ShardDecoder:
                 out[sl] = self.fill_value
             else:
                 o = int(offset)
-                out[sl] = self.chunk.decode(view[o : o + int(nbytes)], key=key, chunk=chunk or idx)
+                out[sl] = self.chunk.decode(
+                    view[o : o + int(nbytes)], key=key, chunk=chunk or idx, scratch=True
+                )
         return out

@@ -225,6 +225,7 @@ class ShardRead(NamedTuple):
 class ReadPlan:
     out_shape: tuple[int, ...]
     shards: tuple[ShardRead, ...]
+    basic: bool = False  # every local and out selection is a slice
 
     @property
     def nchunks(self) -> int:
@@ -309,16 +310,19 @@ class ShardLayout:
         shard_reads = []
         for combo in itertools.product(*grouped):
             shard = tuple(s for s, _ in combo)
+            # a DimPiece is (shard, inner, local, out): transpose each combination of
+            # per-dimension pieces into (shards, inners, locals, outs)
             chunks = tuple(
-                ChunkRead(
-                    tuple(p.inner for p in ps),
-                    tuple(p.local for p in ps),
-                    tuple(p.out for p in ps),
-                )
+                ChunkRead(*tuple(zip(*ps, strict=True))[1:]) if ps else ChunkRead((), (), ())
                 for ps in itertools.product(*(pieces for _, pieces in combo))
             )
             shard_reads.append(ShardRead(shard, chunks))
-        return ReadPlan(out_shape, tuple(shard_reads))
+        basic = all(
+            isinstance(p.local, slice) and isinstance(p.out, slice)
+            for pieces in per_dim
+            for p in pieces
+        )
+        return ReadPlan(out_shape, tuple(shard_reads), basic)
 
 
 def _out_len(dim: DimGrid, sel: slice | npt.ArrayLike) -> int:

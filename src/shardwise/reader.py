@@ -181,8 +181,8 @@ class ArrayReader:
                 if raw is None:
                     out[_ix(c.out)] = fill
                     continue
-                arr = chunk_decoder.decode(raw, key=key, chunk=c.inner)
-                if _all_slices(c.out) and _all_slices(c.local):
+                arr = chunk_decoder.decode(raw, key=key, chunk=c.inner, scratch=True)
+                if plan.basic:
                     out[c.out] = arr[c.local]
                 else:
                     out[_ix(c.out)] = arr[_ix(c.local)]
