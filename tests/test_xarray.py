@@ -202,3 +202,17 @@ def test_entrypoint_module_is_light():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_fsspec_store(weather_store):
+    """An fsspec-backed store (here over local files): whole-shard and ranged reads."""
+    from zarr.storage import FsspecStore
+
+    path, _ = weather_store
+    store = FsspecStore.from_url(f"file://{path}", read_only=True)
+    ds = xr.open_dataset(store, engine="shardwise", chunks={}, consolidated=False)
+    ref = xr.open_dataset(path, engine="zarr", consolidated=False)
+    xr.testing.assert_identical(ds.compute(), ref.compute())
+    region = {"time": slice(12, 14), "y": slice(0, 5), "x": 3}  # index + one range
+    xr.testing.assert_identical(ds.isel(region).compute(), ref.isel(region).compute())
+    xr.testing.assert_identical(pickle.loads(pickle.dumps(ds)).compute(), ref.compute())
