@@ -162,7 +162,7 @@ class ChunkDecoder:
             stored = self.dtype
             if self.dtype.itemsize > 1 and endian is not None:
                 stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
-            to_array = _bytes_step(stored, self.dtype, encoded_shape)
+            to_array = _ToArray(stored, self.dtype, encoded_shape)
             if fuse:
                 steps.append(_decompress_to_array_step(*decompressor(bytes_bytes[0]), to_array))
             else:
@@ -321,13 +321,13 @@ def decoded_size(name: str, data: Bytes) -> int | None:
 
 
 def _decompress_to_array_step(
-    codec: Any, name: str, to_array: Callable[[Bytes, _Context], npt.NDArray[Any]]
+    codec: Any, name: str, to_array: _ToArray
 ) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
     """Decompress into a buffer of exactly the chunk's size (a per-thread scratch buffer
     when the caller allows), then view it as the array. Chunks whose header does not
     declare that size take the ordinary path, which reports a wrong size."""
     decode = codec.decode
-    expected = to_array.expected  # type: ignore[attr-defined]
+    expected = to_array.expected
 
     def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
         if decoded_size(name, data) != expected or (name == "gzip" and expected >= 2**32):
@@ -340,28 +340,29 @@ def _decompress_to_array_step(
     return step
 
 
-def _bytes_step(
-    stored: np.dtype[Any], native: np.dtype[Any], shape: tuple[int, ...]
-) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
-    expected = math.prod(shape) * stored.itemsize
-    swap = stored != native
+class _ToArray:
+    """The ``bytes`` codec's decode: exactly ``expected`` bytes viewed as the chunk."""
 
-    def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
+    __slots__ = ("expected", "native", "shape", "stored", "swap")
+
+    def __init__(self, stored: np.dtype[Any], native: np.dtype[Any], shape: tuple[int, ...]):
+        self.stored, self.native, self.shape = stored, native, shape
+        self.expected = math.prod(shape) * stored.itemsize
+        self.swap = stored != native
+
+    def __call__(self, data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
         view = memoryview(data).cast("B")
-        if len(view) != expected:
+        if len(view) != self.expected:
             raise CorruptShardError(
                 "decoded inner chunk has the wrong size",
-                expected=f"{expected} bytes (shape {shape}, dtype {native})",
+                expected=f"{self.expected} bytes (shape {self.shape}, dtype {self.native})",
                 found=f"{len(view)} bytes",
                 array=ctx.array,
                 key=ctx.key,
                 chunk=ctx.chunk,
             )
-        arr = np.frombuffer(view, dtype=stored).reshape(shape)
-        return arr.astype(native) if swap else arr
-
-    step.expected = expected  # type: ignore[attr-defined]
-    return step
+        arr = np.frombuffer(view, dtype=self.stored).reshape(self.shape)
+        return arr.astype(self.native) if self.swap else arr
 
 
 class ShardDecoder:
@@ -398,7 +399,9 @@ class ShardDecoder:
         self.fill_value = fill_value
         self.array = array
 
-    def decode_index(self, raw: Bytes, *, shard_nbytes: int | None, key: str | None):  # type: ignore[no-untyped-def]
+    def decode_index(
+        self, raw: Bytes, *, shard_nbytes: int | None, key: str | None
+    ) -> npt.NDArray[np.uint64]:
         table = self.index.decode(raw, array=self.array, key=key)
         start, stop = self.index.data_bounds(shard_nbytes)
         check_entries(table, data_start=start, data_stop=stop, array=self.array, key=key)

@@ -40,7 +40,8 @@ class ReadOptions:
       chunk larger than this is still fetched whole).
     - ``whole_shard_fraction``: when a selection needs at least this fraction of a
       shard's inner chunks and the shard's index is not cached, the whole object is read
-      in one request (index included) instead of index + ranges.
+      in one request (index included) instead of index + ranges; ``float("inf")``
+      never reads whole shards.
     - ``index_cache``: keep decoded shard indexes in the per-process cache
       (:func:`index_cache`). The cache assumes shards do not change while they are being
       read; turn it off when another process rewrites the shards you read.
@@ -59,12 +60,11 @@ class ReadOptions:
                 f"coalesce_gap must be >= 0 and coalesce_max >= 1, got "
                 f"{self.coalesce_gap} and {self.coalesce_max}"
             )
-        if not 0.0 <= self.whole_shard_fraction <= 1.0 and self.whole_shard_fraction != float(
-            "inf"
-        ):
+        fraction = self.whole_shard_fraction
+        if not (0.0 <= fraction <= 1.0 or fraction == float("inf")):
             raise ValueError(
-                f"whole_shard_fraction must be in [0, 1] (or inf to never read whole "
-                f"shards), got {self.whole_shard_fraction}"
+                f"whole_shard_fraction must be in [0, 1], or inf to never read whole "
+                f"shards, got {fraction}"
             )
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
