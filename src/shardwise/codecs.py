@@ -19,7 +19,14 @@ import numpy.typing as npt
 from shardwise.errors import ChecksumError, CorruptShardError, ShardwiseError, UnsupportedCodecError
 from shardwise.index import EMPTY, IndexFormat, check_entries, crc32c
 
-__all__ = ["ChunkDecoder", "ShardDecoder", "index_format_from_codecs"]
+__all__ = [
+    "ChunkDecoder",
+    "ChunkEncoder",
+    "ShardDecoder",
+    "decoded_size",
+    "index_format_from_codecs",
+    "is_fill",
+]
 
 Bytes = bytes | memoryview | npt.NDArray[np.uint8]
 # fixed-size numpy kinds the fast path serializes with plain numpy views
@@ -436,3 +443,100 @@ class ShardDecoder:
                     view[o : o + int(nbytes)], key=key, chunk=chunk or idx, scratch=True
                 )
         return out
+
+
+def is_fill(arr: npt.NDArray[Any], fill_value: Any) -> bool:
+    """Whether every element equals the fill value (NaN equals NaN), the test zarr uses
+    to leave a chunk out when ``write_empty_chunks`` is off."""
+    fill = np.asarray(fill_value, dtype=arr.dtype)
+    if arr.dtype.kind in "fc" and bool(np.isnan(fill)):
+        return bool(np.isnan(arr).all())
+    return bool(np.all(arr == fill))
+
+
+class ChunkEncoder:
+    """Encodes one chunk of a fixed shape through a zarr v3 codec chain.
+
+    A fast path on numpy and numcodecs covers ``transpose``, ``bytes``, ``zstd``,
+    ``gzip`` and ``crc32c``; any other chain is encoded by zarr-python's own pipeline,
+    so the bytes are what zarr-python would write.
+    """
+
+    def __init__(
+        self,
+        codecs: Sequence[Any],
+        shape: tuple[int, ...],
+        zdtype: Any,
+        fill_value: Any,
+        *,
+        array: str | None = None,
+    ) -> None:
+        self.codecs = tuple(codecs)
+        self.shape = tuple(shape)
+        self.zdtype = zdtype
+        self.dtype: np.dtype[Any] = zdtype.to_native_dtype()
+        self.fill_value = fill_value
+        self.array = array
+        self._fast = self._fast_plan()
+
+    def _fast_plan(self) -> tuple[list[tuple[int, ...]], np.dtype[Any], list[Any]] | None:
+        import numcodecs
+        from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
+
+        if self.dtype.kind not in _FAST_KINDS or self.dtype.hasobject:
+            return None
+        orders: list[tuple[int, ...]] = []
+        stored: np.dtype[Any] | None = None
+        compress: list[Any] = []
+        for codec in self.codecs:
+            if stored is None and isinstance(codec, TransposeCodec):
+                orders.append(tuple(codec.order))
+            elif stored is None and isinstance(codec, BytesCodec):
+                stored = self.dtype
+                if self.dtype.itemsize > 1 and codec.endian is not None:
+                    stored = self.dtype.newbyteorder("<" if codec.endian == "little" else ">")
+            elif stored is not None and isinstance(codec, ZstdCodec):
+                compress.append(numcodecs.Zstd(level=codec.level, checksum=codec.checksum))
+            elif stored is not None and isinstance(codec, GzipCodec):
+                compress.append(numcodecs.GZip(level=codec.level))
+            elif stored is not None and isinstance(codec, Crc32cCodec):
+                compress.append(None)  # None stands for the crc32c checksum
+            else:
+                return None
+        if stored is None:
+            return None
+        return orders, stored, compress
+
+    def encode(self, arr: npt.NDArray[Any]) -> bytes:
+        if arr.shape != self.shape:
+            raise ValueError(f"chunk has shape {arr.shape}, expected {self.shape}")
+        if self._fast is None:
+            return self._zarr_encode(arr)
+        orders, stored, compress = self._fast
+        for order in orders:
+            arr = arr.transpose(order)
+        data: Any = np.ascontiguousarray(arr, dtype=stored)
+        for codec in compress:
+            if codec is None:
+                view = memoryview(data).cast("B")
+                data = bytes(view) + crc32c(view).to_bytes(4, "little")
+            else:
+                data = codec.encode(data)
+        return bytes(memoryview(data).cast("B")) if not isinstance(data, bytes) else data
+
+    def _zarr_encode(self, arr: npt.NDArray[Any]) -> bytes:
+        from zarr.core.array_spec import ArrayConfig, ArraySpec
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+        from zarr.registry import get_pipeline_class
+
+        prototype = default_buffer_prototype()
+        spec = ArraySpec(
+            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
+        )
+        pipeline = get_pipeline_class().from_codecs(self.codecs)
+        nd = prototype.nd_buffer.from_numpy_array(np.ascontiguousarray(arr, dtype=self.dtype))
+        (out,) = sync(pipeline.encode([(nd, spec)]))
+        if out is None:  # pragma: no cover - zarr encodes every chunk it is given
+            raise ValueError("zarr-python encoded nothing")
+        return bytes(out.to_bytes())

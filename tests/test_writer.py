@@ -1,0 +1,149 @@
+"""The shard writer (issue 3, first part): any dask chunking, one put per shard."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+from zarr.storage import LocalStore, MemoryStore
+
+from shardwise.index import IndexFormat
+from shardwise.metadata import ArrayInfo
+from shardwise.reader import ArrayReader
+from shardwise.shard import assemble_shard, write_order
+from shardwise.testing import CountingStore
+from shardwise.writer import plan_write, store_dask_array
+
+
+def test_write_orders():
+    assert write_order((2, 2), "C") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert write_order((2, 2), "morton") == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert sorted(write_order((3, 5), "morton")) == write_order((3, 5), "C")
+    with pytest.raises(ValueError, match="write_order"):
+        write_order((2,), "hilbert")
+
+
+def test_assembled_shard_reads_back_with_zarr(tmp_path):
+    a = zarr.create_array(
+        tmp_path / "a",
+        shape=(4, 4),
+        chunks=(2, 2),
+        shards=(4, 4),
+        dtype="u1",
+        compressors=None,
+        fill_value=0,
+    )
+    fmt = IndexFormat((2, 2))
+    chunks = {(0, 0): bytes([1] * 4), (1, 1): bytes([4] * 4)}
+    (tmp_path / "a" / "c" / "0").mkdir(parents=True)
+    (tmp_path / "a" / "c" / "0" / "0").write_bytes(assemble_shard(chunks, fmt, write_order((2, 2))))
+    expected = np.zeros((4, 4), "u1")
+    expected[:2, :2], expected[2:, 2:] = 1, 4
+    np.testing.assert_array_equal(a[:], expected)
+    assert assemble_shard({}, fmt, write_order((2, 2))) is None
+
+
+def test_plan_maps_blocks_to_shards():
+    info_layout = ArrayInfo.from_metadata(
+        zarr.create_array(
+            MemoryStore(), shape=(100,), chunks=(10,), shards=(40,), dtype="f4"
+        ).metadata
+    ).layout
+    plan = plan_write(info_layout, ((30, 30, 30, 10),))
+    assert [(s.shard, s.blocks) for s in plan.shards] == [
+        ((0,), ((0,), (1,))),
+        ((1,), ((1,), (2,))),
+        ((2,), ((2,), (3,))),
+    ]
+    assert all(s.covered for s in plan.shards)
+    region = plan_write(info_layout, ((15,),), offset=(35,))
+    assert [(s.shard, s.covered) for s in region.shards] == [((0,), False), ((1,), False)]
+    with pytest.raises(ValueError, match="does not fit"):
+        plan_write(info_layout, ((15,),), offset=(90,))
+
+
+def make(store, shape, shards, inner, fill=np.nan, dtype="f4", location="end"):
+    codec = ShardingCodec(
+        chunk_shape=inner, codecs=[BytesCodec(), ZstdCodec(level=1)], index_location=location
+    )
+    a = zarr.create_array(
+        store,
+        shape=shape,
+        chunks=shards,
+        serializer=codec,
+        compressors=None,
+        dtype=dtype,
+        fill_value=fill,
+    )
+    return a, ArrayInfo.from_metadata(a.metadata)
+
+
+def test_misaligned_chunks_one_put_per_nonempty_shard(tmp_path):
+    data = np.random.default_rng(0).normal(size=(1000, 50)).astype("f4")
+    data[300:400] = np.nan  # one whole shard row of fill values
+    _, info = make(tmp_path / "a", data.shape, (100, 50), (10, 50))
+    store = CountingStore(LocalStore(tmp_path / "a"))
+    with dask.config.set(scheduler="threads"):
+        store_dask_array(da.from_array(data, chunks=(30, 50)), store, info).compute()
+    sets = store.log.per_key("set")
+    assert len(sets) == 9 and set(sets.values()) == {1}  # shard 3 is all fill: not written
+    assert "c/3/0" not in sets
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], data)
+    np.testing.assert_array_equal(ArrayReader.open(tmp_path / "a")[:], data)
+
+
+def test_existing_shard_of_fill_values_is_deleted(tmp_path):
+    a, info = make(tmp_path / "a", (20,), (10,), (5,), fill=0.0)
+    a[:] = np.arange(20.0) + 1
+    store_dask_array(da.zeros(20, chunks=7, dtype="f4"), LocalStore(tmp_path / "a"), info).compute()
+    assert not (tmp_path / "a" / "c" / "0").exists()
+    np.testing.assert_array_equal(a[:], np.zeros(20))
+
+
+@st.composite
+def write_cases(draw):
+    ndim = draw(st.integers(1, 2))
+    inner = tuple(draw(st.integers(1, 4)) for _ in range(ndim))
+    shards = tuple(c * draw(st.integers(1, 3)) for c in inner)
+    shape = tuple(draw(st.integers(1, 25)) for _ in range(ndim))
+    lo = tuple(draw(st.integers(0, n - 1)) for n in shape)
+    hi = tuple(draw(st.integers(a + 1, n)) for a, n in zip(lo, shape, strict=True))
+    chunks = []
+    for a, b in zip(lo, hi, strict=True):
+        sizes, left = [], b - a
+        while left:
+            sizes.append(draw(st.integers(1, left)))
+            left -= sizes[-1]
+        chunks.append(tuple(sizes))
+    order = draw(st.sampled_from(["morton", "C"]))
+    location = draw(st.sampled_from(["start", "end"]))
+    prefill = draw(st.booleans())
+    return shape, shards, inner, lo, tuple(chunks), order, location, prefill
+
+
+@settings(max_examples=60, deadline=None)
+@given(write_cases(), st.integers(0, 2**31))
+def test_any_chunking_and_region_lands_exactly(case, seed):
+    shape, shards, inner, lo, chunks, order, location, prefill = case
+    rng = np.random.default_rng(seed)
+    store = MemoryStore()
+    a, info = make(store, shape, shards, inner, fill=-1.0, dtype="f8", location=location)
+    expected = np.full(shape, -1.0)
+    if prefill:
+        expected = rng.normal(size=shape).round(2)
+        expected[rng.random(shape) < 0.3] = -1.0
+        a[...] = expected
+    new = rng.normal(size=tuple(sum(c) for c in chunks)).round(2)
+    new[rng.random(new.shape) < 0.3] = -1.0
+    region = tuple(slice(a, a + n) for a, n in zip(lo, new.shape, strict=True))
+    expected[region] = new
+    with dask.config.set(scheduler="sync"):
+        store_dask_array(
+            da.from_array(new, chunks=chunks), store, info, offset=lo, order=order
+        ).compute()
+    np.testing.assert_array_equal(zarr.open_array(store)[...], expected)
