@@ -88,8 +88,9 @@ def index_format_from_codecs(
     )
 
 
-class ChunkDecoder:
-    """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
+class _ChunkCodec:
+    """One chunk shape, data type and fill value, and the zarr v3 codec chain between
+    them and bytes."""
 
     def __init__(
         self,
@@ -106,6 +107,34 @@ class ChunkDecoder:
         self.dtype: np.dtype[Any] = zdtype.to_native_dtype()
         self.fill_value = fill_value
         self.array = array
+
+    def _zarr_pipeline(self) -> tuple[Any, Any, Any]:
+        """zarr-python's codec pipeline for the chain, the chunk's ArraySpec and the
+        buffer prototype: the fallback for chains the fast paths do not cover."""
+        from zarr.core.array_spec import ArrayConfig, ArraySpec
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.registry import get_pipeline_class
+
+        prototype = default_buffer_prototype()
+        spec = ArraySpec(
+            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
+        )
+        return get_pipeline_class().from_codecs(self.codecs), spec, prototype
+
+
+class ChunkDecoder(_ChunkCodec):
+    """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
+
+    def __init__(
+        self,
+        codecs: Sequence[Any],
+        shape: tuple[int, ...],
+        zdtype: Any,
+        fill_value: Any,
+        *,
+        array: str | None = None,
+    ) -> None:
+        super().__init__(codecs, shape, zdtype, fill_value, array=array)
         self._steps: list[Callable[[Any, _Context], Any]] | None = self._fast_steps()
 
     # -- building ------------------------------------------------------------------------
@@ -226,16 +255,9 @@ class ChunkDecoder:
             ) from e
 
     def _zarr_decode(self, data: Bytes) -> npt.NDArray[Any]:
-        from zarr.core.array_spec import ArrayConfig, ArraySpec
-        from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
-        from zarr.registry import get_pipeline_class
 
-        prototype = default_buffer_prototype()
-        spec = ArraySpec(
-            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
-        )
-        pipeline = get_pipeline_class().from_codecs(self.codecs)
+        pipeline, spec, prototype = self._zarr_pipeline()
         buf = prototype.buffer.from_bytes(bytes(memoryview(data).cast("B")))
         (out,) = sync(pipeline.decode([(buf, spec)]))
         if out is None:
@@ -454,7 +476,7 @@ def is_fill(arr: npt.NDArray[Any], fill_value: Any) -> bool:
     return bool(np.all(arr == fill))
 
 
-class ChunkEncoder:
+class ChunkEncoder(_ChunkCodec):
     """Encodes one chunk of a fixed shape through a zarr v3 codec chain.
 
     A fast path on numpy and numcodecs covers ``transpose``, ``bytes``, ``zstd``,
@@ -471,12 +493,7 @@ class ChunkEncoder:
         *,
         array: str | None = None,
     ) -> None:
-        self.codecs = tuple(codecs)
-        self.shape = tuple(shape)
-        self.zdtype = zdtype
-        self.dtype: np.dtype[Any] = zdtype.to_native_dtype()
-        self.fill_value = fill_value
-        self.array = array
+        super().__init__(codecs, shape, zdtype, fill_value, array=array)
         self._fast = self._fast_plan()
 
     def _fast_plan(self) -> tuple[list[tuple[int, ...]], np.dtype[Any], list[Any]] | None:
@@ -525,16 +542,9 @@ class ChunkEncoder:
         return bytes(memoryview(data).cast("B")) if not isinstance(data, bytes) else data
 
     def _zarr_encode(self, arr: npt.NDArray[Any]) -> bytes:
-        from zarr.core.array_spec import ArrayConfig, ArraySpec
-        from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
-        from zarr.registry import get_pipeline_class
 
-        prototype = default_buffer_prototype()
-        spec = ArraySpec(
-            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
-        )
-        pipeline = get_pipeline_class().from_codecs(self.codecs)
+        pipeline, spec, prototype = self._zarr_pipeline()
         nd = prototype.nd_buffer.from_numpy_array(np.ascontiguousarray(arr, dtype=self.dtype))
         (out,) = sync(pipeline.encode([(nd, spec)]))
         if out is None:  # pragma: no cover - zarr encodes every chunk it is given
