@@ -660,7 +660,7 @@ def test_fallback_cases_leave_the_fast_path(tmp_path: Path) -> None:
         (case,) = param.values
         store, name = write_zarr(tmp_path / param.id, case)
         reader = ArrayReader.open(store, name)
-        decoder = reader._decoder((0,) * reader.ndim)
+        decoder = reader.decoder((0,) * reader.ndim)
         chunk = getattr(decoder, "chunk", decoder)
         assert not chunk.fast, param.id
     fast = [
@@ -669,7 +669,7 @@ def test_fallback_cases_leave_the_fast_path(tmp_path: Path) -> None:
     ]
     for i, case in enumerate(fast):
         store, name = write_zarr(tmp_path / f"fast{i}", case)
-        assert ArrayReader.open(store, name)._decoder((0, 0)).chunk.fast
+        assert ArrayReader.open(store, name).decoder((0, 0)).chunk.fast
 
 
 @pytest.mark.filterwarnings(

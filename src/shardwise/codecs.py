@@ -107,6 +107,10 @@ class _ChunkCodec:
         self.dtype: np.dtype[Any] = zdtype.to_native_dtype()
         self.fill_value = fill_value
         self.array = array
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Build the fast path for this chain (subclasses)."""
 
     def _zarr_pipeline(self) -> tuple[Any, Any, Any]:
         """zarr-python's codec pipeline for the chain, the chunk's ArraySpec and the
@@ -125,16 +129,7 @@ class _ChunkCodec:
 class ChunkDecoder(_ChunkCodec):
     """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
 
-    def __init__(
-        self,
-        codecs: Sequence[Any],
-        shape: tuple[int, ...],
-        zdtype: Any,
-        fill_value: Any,
-        *,
-        array: str | None = None,
-    ) -> None:
-        super().__init__(codecs, shape, zdtype, fill_value, array=array)
+    def _prepare(self) -> None:
         self._steps: list[Callable[[Any, _Context], Any]] | None = self._fast_steps()
 
     # -- building ------------------------------------------------------------------------
@@ -436,6 +431,21 @@ class ShardDecoder:
         check_entries(table, data_start=start, data_stop=stop, array=self.array, key=key)
         return table
 
+    def parse(self, shard: Bytes, *, key: str | None) -> tuple[memoryview, npt.NDArray[np.uint64]]:
+        """A whole shard held in memory: its bytes and its checked index table (the
+        entries checked against the shard's known size)."""
+        view = memoryview(shard).cast("B")
+        raw = self.index.split(view) if len(view) >= self.index.nbytes else view
+        return view, self.decode_index(raw, shard_nbytes=len(view), key=key)
+
+    @staticmethod
+    def entry(view: memoryview, table: npt.NDArray[np.uint64], inner: Any) -> memoryview | None:
+        """The bytes of one inner chunk of a parsed shard, or None when it is empty."""
+        offset, nbytes = table[inner]
+        if offset == EMPTY:
+            return None
+        return view[int(offset) : int(offset) + int(nbytes)]
+
     def decode(
         self, data: Bytes, *, key: str | None = None, chunk: tuple[int, ...] | None = None
     ) -> npt.NDArray[Any]:
@@ -450,20 +460,17 @@ class ShardDecoder:
                 key=key,
                 chunk=chunk,
             )
-        table = self.decode_index(self.index.split(view), shard_nbytes=len(view), key=key)
+        view, table = self.parse(view, key=key)
         out = np.empty(self.shard_shape, dtype=self.chunk.dtype)
         for idx in np.ndindex(*self.chunks_per_shard):
             sl = tuple(
                 slice(i * c, (i + 1) * c) for i, c in zip(idx, self.inner_shape, strict=True)
             )
-            offset, nbytes = table[idx]
-            if offset == EMPTY:
+            data_ = self.entry(view, table, idx)
+            if data_ is None:
                 out[sl] = self.fill_value
             else:
-                o = int(offset)
-                out[sl] = self.chunk.decode(
-                    view[o : o + int(nbytes)], key=key, chunk=chunk or idx, scratch=True
-                )
+                out[sl] = self.chunk.decode(data_, key=key, chunk=chunk or idx, scratch=True)
         return out
 
 
@@ -484,16 +491,7 @@ class ChunkEncoder(_ChunkCodec):
     so the bytes are what zarr-python would write.
     """
 
-    def __init__(
-        self,
-        codecs: Sequence[Any],
-        shape: tuple[int, ...],
-        zdtype: Any,
-        fill_value: Any,
-        *,
-        array: str | None = None,
-    ) -> None:
-        super().__init__(codecs, shape, zdtype, fill_value, array=array)
+    def _prepare(self) -> None:
         self._fast = self._fast_plan()
 
     def _fast_plan(self) -> tuple[list[tuple[int, ...]], np.dtype[Any], list[Any]] | None:

@@ -117,6 +117,11 @@ class DimGrid:
         assert self._starts is not None
         return np.searchsorted(self._starts, coords, side="right") - 1
 
+    def shard_range(self, lo: int, hi: int) -> range:
+        """The shards holding coordinates ``lo`` to ``hi`` (inclusive)."""
+        first, last = (int(s) for s in self.shard_of(np.array([lo, hi])))
+        return range(first, last + 1)
+
     def pieces(self, sel: slice | npt.ArrayLike) -> list[DimPiece]:
         """Split a selection along this dimension into per-inner-chunk pieces.
 
@@ -137,8 +142,7 @@ class DimGrid:
             return []
         last = start + (count - 1) * step
         out: list[DimPiece] = []
-        first_shard, last_shard = (int(s) for s in self.shard_of(np.array([start, last])))
-        for s in range(first_shard, last_shard + 1):
+        for s in self.shard_range(start, last):
             s0 = self.shard_start(s)
             s_end = min(s0 + self.shard_size(s), self.extent)
             c = self.inner_size(s)

@@ -111,7 +111,9 @@ class ArrayReader:
         return self.info.ndim
 
     # -- decoders (one per distinct shard shape; rectilinear grids have several) ---------
-    def _decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
+    def decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
+        """The decoder of a shard (a :class:`ShardDecoder`), or of a chunk of an
+        unsharded array; one per distinct shard shape, built on first use."""
         shape = self.info.layout.shard_shape(shard)
         dec = self._decoders.get(shape)
         if dec is None:
@@ -174,7 +176,7 @@ class ArrayReader:
                     out[_ix(c.out)] = fill
                 continue
             key = self.info.key(shard_read.shard)
-            decoder = self._decoder(shard_read.shard)
+            decoder = self.decoder(shard_read.shard)
             chunk_decoder = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
             for c in shard_read.chunks:
                 raw = data[c.inner]
@@ -206,7 +208,7 @@ class ArrayReader:
     async def _fetch_shard(self, shard_read: ShardRead, sem: asyncio.Semaphore) -> Fetched:
         info, opts = self.info, self.options
         key = info.key(shard_read.shard)
-        decoder = self._decoder(shard_read.shard)
+        decoder = self.decoder(shard_read.shard)
         if not isinstance(decoder, ShardDecoder):
             whole = await self._get(key, sem)
             return None if whole is None else {(0,) * info.ndim: whole}
@@ -218,14 +220,10 @@ class ArrayReader:
             whole = await self._get(key, sem)
             if whole is None:
                 return None
-            table = decoder.decode_index(
-                decoder.index.split(whole) if len(whole) >= decoder.index.nbytes else whole,
-                shard_nbytes=len(whole),
-                key=key,
-            )
+            whole, table = decoder.parse(whole, key=key)
             if opts.index_cache:
                 index_cache().put(cache_key, table)
-            return {inner: _slice_entry(whole, table[inner]) for inner in needed}
+            return {inner: decoder.entry(whole, table, inner) for inner in needed}
 
         if table is None:
             table = await self._load_index(key, decoder, sem)
@@ -311,13 +309,6 @@ class ArrayReader:
             return table
 
         return await IN_FLIGHT.run(cache_key, load)
-
-
-def _slice_entry(whole: memoryview, entry: npt.NDArray[np.uint64]) -> memoryview | None:
-    offset, nbytes = entry
-    if offset == EMPTY:
-        return None
-    return whole[int(offset) : int(offset) + int(nbytes)]
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from shardwise.codecs import ChunkEncoder, ShardDecoder, is_fill
 from shardwise.errors import ShardwiseError
-from shardwise.index import EMPTY
 from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
+from shardwise.reader import ArrayReader
 from shardwise.shard import WRITE_ORDERS, assemble_shard, write_order
 from shardwise.storage import store_token
 
@@ -120,8 +120,7 @@ def plan_write(
         lo = o
         for bi, c in enumerate(cs):
             if c:
-                first, last = (int(s) for s in d.shard_of(np.array([lo, lo + c - 1])))
-                for s in range(first, last + 1):
+                for s in d.shard_range(lo, lo + c - 1):
                     touches.setdefault(s, []).append(bi)
             lo += c
         per_dim.append(touches)
@@ -171,17 +170,11 @@ class _Target:
         return self._cache[key]
 
     def decoder(self, shard: tuple[int, ...]) -> ShardDecoder:
-        shape = self.info.layout.shard_shape(shard)
-        key = ("dec", shape)
-        if key not in self._cache:
-            self._cache[key] = ShardDecoder(
-                self.info.sharding,
-                shape,
-                self.info.zdtype,
-                self.info.fill_value,
-                array=self.info.name,
-            )
-        return self._cache[key]
+        if "reader" not in self._cache:
+            self._cache["reader"] = ArrayReader(self.store, self.info)
+        decoder = self._cache["reader"].decoder(shard)
+        assert isinstance(decoder, ShardDecoder)  # store_dask_array checked: sharded
+        return decoder
 
     def inner_boxes(self, shard: tuple[int, ...]) -> dict[tuple[int, ...], Box]:
         """Each inner chunk of a shard and the part of the array it holds (clipped)."""
@@ -268,12 +261,11 @@ def _write_shard(
     if not covered:
         old = sync(target.store.get(key, default_buffer_prototype()))
         if old is not None:
-            view = memoryview(old.as_numpy_array()).cast("B")
-            table = decoder.decode_index(decoder.index.split(view), shard_nbytes=len(view), key=key)
+            view, table = decoder.parse(old.as_numpy_array(), key=key)
             for inner in np.ndindex(*decoder.chunks_per_shard):
-                offset, nbytes = table[inner]
-                if offset != EMPTY:
-                    existing[tuple(inner)] = view[int(offset) : int(offset) + int(nbytes)]
+                stored = decoder.entry(view, table, inner)
+                if stored is not None:
+                    existing[tuple(inner)] = stored
 
     boxes = target.inner_boxes(shard)
     for inner, inner_pieces in pieces.items():
