@@ -6,7 +6,8 @@ Measures, in one run:
    ``engine="shardwise", chunks={}``;
 2. values lost when dask chunks that do not line up with shards are written with
    ``ds.to_zarr(..., safe_chunks=False)`` on a LocalCluster with 2 worker processes
-   (several tasks read-modify-write one shard).
+   (several tasks read-modify-write one shard), next to ``shardwise.to_zarr`` writing
+   the same dataset with the same encoding on the same cluster.
 
 Run: ``.venv/bin/python benchmarks/zarr_engine_costs.py``
 """
@@ -23,6 +24,7 @@ import numpy as np
 import xarray as xr
 from zarr.storage import LocalStore
 
+import shardwise
 from shardwise.testing import CountingStore
 
 
@@ -70,6 +72,11 @@ def lost_values(tmp: Path) -> None:
             back = xr.open_zarr(path, consolidated=False).v.values
             lost = np.count_nonzero(back != data)
             print(f"   trial {trial}: {lost} of {data.size} values wrong ({lost / data.size:.0%})")
+            path = tmp / f"shardwise{trial}.zarr"
+            shardwise.to_zarr(ds, path, encoding=encoding, consolidated=False)
+            back = xr.open_zarr(path, consolidated=False).v.values
+            lost = np.count_nonzero(back != data)
+            print(f"            shardwise.to_zarr, same case: {lost} values wrong")
 
 
 def main() -> None:

@@ -52,3 +52,44 @@ def test_errors_travel_from_workers(client, weather_store):
         ds.precip.sum().compute()
     assert info.value.key == "precip/c/1/0/0"
     np.testing.assert_allclose(ds.temperature.sum().compute(), ds.temperature.load().sum())
+
+
+@pytest.mark.slow
+def test_misaligned_write_on_worker_processes(client, tmp_path):
+    """Dask chunks of 30 rows into shards of 100 rows with inner chunks of 10, written
+    by 2 worker processes: nothing is lost (``ds.to_zarr(safe_chunks=False)`` loses a
+    fifth or more of the values in this case; see docs/benchmarks.md)."""
+    import pandas as pd
+
+    import shardwise
+
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset(
+        {"v": (("time", "x"), rng.normal(size=(3000, 200)).astype("f4"))},
+        coords={"time": pd.date_range("2000-01-01", periods=3000, freq="h")},
+    ).chunk({"time": 30})
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds, path, shards={"time": 100}, chunks={"time": 10}, consolidated=False)
+    back = xr.open_zarr(path, consolidated=False).load()
+    assert int((back.v != ds.v.load()).sum()) == 0
+    xr.testing.assert_identical(back, ds.load())
+
+
+@pytest.mark.slow
+def test_delayed_write_with_progress(client, tmp_path):
+    import shardwise
+
+    ds = xr.Dataset({"v": (("t", "x"), np.arange(60_000.0).reshape(600, 100))}).chunk({"t": 70})
+    path = tmp_path / "s.zarr"
+    delayed = shardwise.to_zarr(
+        ds, path, shards={"t": 200}, chunks={"t": 25}, compute=False, consolidated=False
+    )
+    future = client.compute(delayed)
+    distributed.progress(future, notebook=False)  # the progress bar distributed users watch
+    assert isinstance(future.result(), xr.backends.ZarrStore)
+    # the region write of a part that cuts shards, merged by the worker owning each shard
+    part = (ds.isel(t=slice(150, 420)) * -1).chunk({"t": 33})
+    shardwise.to_zarr(part, path, region={"t": slice(150, 420)}, consolidated=False)
+    expected = ds.load().copy(deep=True)
+    expected["v"][150:420] *= -1
+    xr.testing.assert_identical(xr.open_zarr(path, consolidated=False).load(), expected)

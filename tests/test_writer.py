@@ -68,6 +68,16 @@ def test_plan_maps_blocks_to_shards():
 
 
 def make(store, shape, shards, inner, fill=np.nan, dtype="f4", location="end"):
+    if inner is None:  # unsharded: chunks of ``shards``
+        a = zarr.create_array(
+            store,
+            shape=shape,
+            chunks=shards,
+            compressors=ZstdCodec(level=1),
+            dtype=dtype,
+            fill_value=fill,
+        )
+        return a, ArrayInfo.from_metadata(a.metadata)
     codec = ShardingCodec(
         chunk_shape=inner, codecs=[BytesCodec(), ZstdCodec(level=1)], index_location=location
     )
@@ -123,10 +133,12 @@ def write_cases(draw):
     order = draw(st.sampled_from(["morton", "C"]))
     location = draw(st.sampled_from(["start", "end"]))
     prefill = draw(st.booleans())
+    if draw(st.integers(0, 4)) == 0:
+        inner = None  # an unsharded array, written chunk by chunk the same way
     return shape, shards, inner, lo, tuple(chunks), order, location, prefill
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(write_cases(), st.integers(0, 2**31))
 def test_any_chunking_and_region_lands_exactly(case, seed):
     shape, shards, inner, lo, chunks, order, location, prefill = case

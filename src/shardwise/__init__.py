@@ -1,7 +1,8 @@
 """shardwise: Zarr v3 sharding for dask and xarray.
 
 ``xr.open_dataset(store, engine="shardwise", chunks={})`` reads sharded Zarr v3 stores
-with one dask chunk per shard. The names below load lazily, so importing shardwise (as
+with one dask chunk per shard; ``shardwise.to_zarr(ds, store, ...)`` writes with one
+dask task per shard. The names below load lazily, so importing shardwise (as
 xarray does when it lists engines) stays light.
 """
 
@@ -15,12 +16,15 @@ from shardwise.errors import (
     CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
+    StoreExistsError,
     TruncatedShardError,
     UnsupportedArrayError,
     UnsupportedCodecError,
+    WriteError,
 )
 
 if TYPE_CHECKING:
+    from shardwise.api import to_zarr
     from shardwise.metadata import ArrayInfo
     from shardwise.reader import ArrayReader
     from shardwise.storage import (
@@ -40,13 +44,16 @@ __all__ = [
     "NotAZarrStoreError",
     "ReadOptions",
     "ShardwiseError",
+    "StoreExistsError",
     "TruncatedShardError",
     "UnsupportedArrayError",
     "UnsupportedCodecError",
+    "WriteError",
     "__version__",
     "clear_index_cache",
     "index_cache",
     "set_index_cache_size",
+    "to_zarr",
 ]
 
 _LAZY = {
@@ -56,6 +63,7 @@ _LAZY = {
     "clear_index_cache": "shardwise.storage",
     "index_cache": "shardwise.storage",
     "set_index_cache_size": "shardwise.storage",
+    "to_zarr": "shardwise.api",
 }
 
 

@@ -2,10 +2,13 @@
 
 Run with ``make demo`` (or ``python -m shardwise.demo [--path DIR] [--workers N]``).
 
-1. makes a sample climate-like dataset (daily temperature on a global grid),
-2. writes it to local disk as Zarr v3 with sharding (through xarray and zarr-python,
-   with dask chunks aligned to shards, which zarr-python handles safely),
-3. starts a ``distributed.LocalCluster`` with worker processes,
+1. makes a sample climate-like dataset (daily temperature on a global grid), with dask
+   chunks of 100 days that do not line up with the 146-day shards,
+2. starts a ``distributed.LocalCluster`` with worker processes,
+3. writes it to local disk as Zarr v3 with sharding through ``shardwise.to_zarr``
+   (one task writes each shard; ``ds.to_zarr`` refuses these chunks, or with
+   ``safe_chunks=False`` loses values), and checks the store against xarray's own write
+   of the same data with dask chunks equal to the shards,
 4. opens the store with ``engine="shardwise", chunks={}`` (one dask task per shard),
    computes a climatology on the cluster and checks it against ``engine="zarr"``,
 5. counts the store requests one full read costs.
@@ -75,17 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             "_FillValue": -32768,
         }
     }
-    t0 = time.perf_counter()
-    ds.chunk(dict(zip(ds.tas.dims, shards, strict=True))).to_zarr(
-        path, zarr_format=3, encoding=encoding, consolidated=False, mode="w"
-    )
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     nshards = int(np.prod([-(-n // s) for n, s in zip(ds.tas.shape, shards, strict=True)]))
-    print(f"wrote {path}: {ds.tas.nbytes / 2**20:.1f} MiB of float32 as {size / 2**20:.1f} MiB")
-    print(
-        f"  {nshards} shards of {shards}, each {np.prod(shards) // np.prod(inner)} inner chunks "
-        f"of {inner} (int16 packed, zstd), in {time.perf_counter() - t0:.2f} s"
-    )
+    awkward = ds.chunk({"time": 100})  # 100-day dask chunks into 146-day shards
+    del ds
 
     with (
         distributed.LocalCluster(
@@ -93,7 +88,36 @@ def main(argv: list[str] | None = None) -> int:
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
-        print(f"\nLocalCluster: {args.workers} worker processes, dashboard {client.dashboard_link}")
+        print(f"LocalCluster: {args.workers} worker processes, dashboard {client.dashboard_link}")
+        # the sample data lives in this process: send it to the workers once
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "256MiB"}):
+            awkward = awkward.persist()
+        distributed.wait(awkward)
+        t0 = time.perf_counter()
+        shardwise.to_zarr(awkward, path, mode="w", encoding=encoding, consolidated=False)
+        elapsed = time.perf_counter() - t0
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        objects = sum(1 for f in (path / "tas" / "c").rglob("*") if f.is_file())
+        print(
+            f"\nshardwise.to_zarr -> {path}: {awkward.tas.nbytes / 2**20:.1f} MiB of float32 as "
+            f"{size / 2**20:.1f} MiB in {elapsed:.2f} s"
+        )
+        print(
+            f"  dask chunks {awkward.tas.chunks[0][:3]}... days into shards of {shards[0]} days: "
+            f"{awkward.tas.data.npartitions} dask chunks -> {objects} shard objects "
+            f"(of {nshards}), each of {np.prod(shards) // np.prod(inner)} inner chunks {inner}"
+        )
+        reference_path = path.with_name(path.stem + "-xarray.zarr")
+        awkward.chunk(dict(zip(awkward.tas.dims, shards, strict=True))).to_zarr(
+            reference_path, zarr_format=3, encoding=encoding, consolidated=False, mode="w"
+        )
+        xr.testing.assert_identical(
+            xr.open_zarr(path, consolidated=False).load(),
+            xr.open_zarr(reference_path, consolidated=False).load(),
+        )
+        shutil.rmtree(reference_path)
+        print("  identical to xarray's own write with dask chunks = shards: yes")
+
         opened = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
         print(f"\nxr.open_dataset({str(path)!r}, engine='shardwise', chunks={{}}):")
         print(opened)

@@ -13,9 +13,11 @@ __all__ = [
     "CorruptShardError",
     "NotAZarrStoreError",
     "ShardwiseError",
+    "StoreExistsError",
     "TruncatedShardError",
     "UnsupportedArrayError",
     "UnsupportedCodecError",
+    "WriteError",
 ]
 
 
@@ -114,3 +116,12 @@ class UnsupportedCodecError(ShardwiseError, ValueError):
 class UnsupportedArrayError(ShardwiseError, ValueError):
     """The array's metadata describes something shardwise cannot read (not Zarr v3,
     an unknown chunk grid, a data type without a fixed size...)."""
+
+
+class WriteError(ShardwiseError, ValueError):
+    """A write was refused before anything was written: shapes that do not fit, a
+    region outside the array, an append that changes dimensions or data type..."""
+
+
+class StoreExistsError(ShardwiseError, FileExistsError):
+    """``mode="w-"`` asks for a new dataset where Zarr data already exists."""

@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.codecs import ChunkEncoder, ShardDecoder, is_fill
-from shardwise.errors import ShardwiseError
+from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
 from shardwise.reader import ArrayReader
@@ -138,15 +137,25 @@ def plan_write(
 # -- the tasks ---------------------------------------------------------------------------
 class _Target:
     """What the tasks need to know about the array they write: picklable, with encoders
-    and decoders built lazily in each process."""
+    and decoders built lazily in each process.
+
+    An unsharded array is written the same way, each chunk taking the place of a shard
+    with a single inner chunk and no index."""
 
     def __init__(
-        self, store: Any, info: ArrayInfo, *, write_empty_chunks: bool, order: str
+        self,
+        store: Any,
+        info: ArrayInfo,
+        *,
+        write_empty_chunks: bool,
+        order: str,
+        fresh: bool = False,
     ) -> None:
         self.store = store
         self.info = info
         self.write_empty_chunks = write_empty_chunks
         self.order = order
+        self.fresh = fresh  # the array was just created: no shard exists yet
         self._cache: dict[Any, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -160,21 +169,16 @@ class _Target:
         key = ("enc", shape)
         if key not in self._cache:
             sharding: Any = self.info.sharding
+            codecs = self.info.codecs if sharding is None else sharding.codecs
             self._cache[key] = ChunkEncoder(
-                sharding.codecs,
-                shape,
-                self.info.zdtype,
-                self.info.fill_value,
-                array=self.info.name,
+                codecs, shape, self.info.zdtype, self.info.fill_value, array=self.info.name
             )
         return self._cache[key]
 
-    def decoder(self, shard: tuple[int, ...]) -> ShardDecoder:
+    def decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
         if "reader" not in self._cache:
             self._cache["reader"] = ArrayReader(self.store, self.info)
-        decoder = self._cache["reader"].decoder(shard)
-        assert isinstance(decoder, ShardDecoder)  # store_dask_array checked: sharded
-        return decoder
+        return self._cache["reader"].decoder(shard)
 
     def inner_boxes(self, shard: tuple[int, ...]) -> dict[tuple[int, ...], Box]:
         """Each inner chunk of a shard and the part of the array it holds (clipped)."""
@@ -204,6 +208,53 @@ class _Target:
         full[tuple(slice(0, n) for n in data.shape)] = data
         return full
 
+    # -- whole shard objects -------------------------------------------------------------
+    def stored_chunks(self, shard: tuple[int, ...], blob: Any, key: str) -> dict[Any, Any]:
+        """The encoded inner chunks held by an existing shard object."""
+        decoder = self.decoder(shard)
+        if not isinstance(decoder, ShardDecoder):
+            return {(0,) * self.info.ndim: memoryview(blob)}
+        view, table = decoder.parse(blob, key=key)
+        out = {}
+        for inner in np.ndindex(*decoder.chunks_per_shard):
+            stored = decoder.entry(view, table, inner)
+            if stored is not None:
+                out[tuple(inner)] = stored
+        return out
+
+    def decode_chunk(
+        self, shard: tuple[int, ...], data: Any, key: str, inner: tuple[int, ...]
+    ) -> npt.NDArray[Any]:
+        decoder = self.decoder(shard)
+        chunk = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
+        return np.array(chunk.decode(data, key=key, chunk=inner), copy=True)
+
+    def assemble(self, shard: tuple[int, ...], chunks: dict[Any, Any]) -> bytes | None:
+        """The object to store for a shard from its encoded inner chunks; None when
+        there are none."""
+        decoder = self.decoder(shard)
+        if not isinstance(decoder, ShardDecoder):
+            data = chunks.get((0,) * self.info.ndim)
+            return None if data is None else bytes(data)
+        order = write_order(decoder.chunks_per_shard, self.order)
+        return assemble_shard(chunks, decoder.index, order)
+
+    def put(self, shard: tuple[int, ...], blob: bytes | None, *, existed: bool | None) -> int:
+        """Store one shard with a single put, or delete it when it has no data left
+        (``existed=False`` says the shard is known not to exist)."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        key = self.info.key(shard)
+        if blob is None:
+            if self.fresh:
+                return 0
+            if existed or (existed is None and sync(self.store.exists(key))):
+                sync(self.store.delete(key))
+            return 0
+        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
+        return len(blob)
+
 
 # a block's contribution to one shard: inner chunk -> encoded bytes (None: empty), and
 # raw pieces (inner chunk, where in the inner chunk, data) of inner chunks it shares
@@ -213,31 +264,50 @@ Contribution = tuple[
 ]
 
 
-def _encode_block(
-    block: npt.NDArray[Any], box: Box, shards: list[tuple[int, ...]], target: _Target
-) -> dict[tuple[int, ...], Contribution]:
-    block = np.asarray(block, dtype=target.info.dtype)
-    out: dict[tuple[int, ...], Contribution] = {}
-    for shard in shards:
-        encoded: dict[tuple[int, ...], bytes | None] = {}
-        pieces: list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]] = []
-        for inner, ibox in target.inner_boxes(shard).items():
-            common = _intersect(ibox, box)
-            if common is None:
-                continue
-            take = tuple(
-                slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(common, box, strict=True)
+def _contribution(
+    block: npt.NDArray[Any], box: Box, shard: tuple[int, ...], target: _Target
+) -> Contribution:
+    encoded: dict[tuple[int, ...], bytes | None] = {}
+    pieces: list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]] = []
+    for inner, ibox in target.inner_boxes(shard).items():
+        common = _intersect(ibox, box)
+        if common is None:
+            continue
+        take = tuple(
+            slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(common, box, strict=True)
+        )
+        if common == ibox:
+            encoded[inner] = target.encode(shard, target.padded(shard, block[take]))
+        else:
+            where = tuple(
+                slice(lo - ilo, hi - ilo) for (lo, hi), (ilo, _) in zip(common, ibox, strict=True)
             )
-            if common == ibox:
-                encoded[inner] = target.encode(shard, target.padded(shard, block[take]))
-            else:
-                where = tuple(
-                    slice(lo - ilo, hi - ilo)
-                    for (lo, hi), (ilo, _) in zip(common, ibox, strict=True)
-                )
-                pieces.append((inner, where, np.array(block[take], copy=True)))
-        out[shard] = (encoded, pieces)
-    return out
+            pieces.append((inner, where, np.array(block[take], copy=True)))
+    return encoded, pieces
+
+
+def _encode_block(
+    block: npt.NDArray[Any],
+    box: Box,
+    shards: list[tuple[int, ...]],
+    whole: list[tuple[int, ...]],
+    target: _Target,
+) -> tuple[dict[tuple[int, ...], Contribution], int]:
+    """Encode a block's part of each shard in ``shards`` for the shard tasks, and write
+    the shards in ``whole`` (which this block alone covers) right here. Returns the
+    contributions and the number of bytes written."""
+    block = np.asarray(block, dtype=target.info.dtype)
+    out = {shard: _contribution(block, box, shard, target) for shard in shards}
+    written = 0
+    for shard in whole:
+        encoded, pieces = _contribution(block, box, shard, target)
+        assert not pieces  # the block holds every inner chunk of the shard
+        written += target.put(
+            shard,
+            target.assemble(shard, {k: v for k, v in encoded.items() if v is not None}),
+            existed=None,
+        )
+    return out, written
 
 
 def _write_shard(
@@ -256,24 +326,21 @@ def _write_shard(
         for inner, where, data in raw:
             pieces.setdefault(inner, []).append((where, data))
 
-    existing: dict[tuple[int, ...], memoryview] = {}
-    decoder = target.decoder(shard)
-    if not covered:
+    existing: dict[tuple[int, ...], Any] = {}
+    existed: bool | None = None
+    if not covered and not target.fresh:
         old = sync(target.store.get(key, default_buffer_prototype()))
+        existed = old is not None
         if old is not None:
-            view, table = decoder.parse(old.as_numpy_array(), key=key)
-            for inner in np.ndindex(*decoder.chunks_per_shard):
-                stored = decoder.entry(view, table, inner)
-                if stored is not None:
-                    existing[tuple(inner)] = stored
+            existing = target.stored_chunks(shard, old.as_numpy_array(), key)
 
     boxes = target.inner_boxes(shard)
     for inner, inner_pieces in pieces.items():
         ibox = boxes[inner]
         if _inside(ibox, region) or inner not in existing:
-            base = np.full(decoder.inner_shape, info.fill_value, dtype=info.dtype)
+            base = np.full(info.layout.inner_shape(shard), info.fill_value, dtype=info.dtype)
         else:
-            base = np.array(decoder.chunk.decode(existing[inner], key=key, chunk=inner), copy=True)
+            base = target.decode_chunk(shard, existing[inner], key, inner)
         for where, data in inner_pieces:
             base[where] = data
         chunks[inner] = target.encode(shard, base)
@@ -286,14 +353,7 @@ def _write_shard(
                 final[inner] = encoded_chunk
         elif inner in existing and _intersect(ibox, region) is None:
             final[inner] = existing[inner]  # untouched: kept as bytes
-    blob = assemble_shard(final, decoder.index, write_order(decoder.chunks_per_shard, target.order))
-    if blob is None:
-        if not covered or sync(target.store.exists(key)):
-            sync(target.store.delete(key))
-        return 0
-    buf = default_buffer_prototype().buffer.from_bytes(blob)
-    sync(target.store.set(key, buf))
-    return len(blob)
+    return target.put(shard, target.assemble(shard, final), existed=existed)
 
 
 def store_dask_array(
@@ -304,48 +364,60 @@ def store_dask_array(
     offset: Sequence[int] | None = None,
     write_empty_chunks: bool = False,
     order: str = "morton",
+    fresh: bool = False,
 ) -> Any:
-    """A ``dask.delayed`` that writes the dask array ``source`` into the sharded array
-    ``info`` of ``store`` at ``offset``: one encode task per block, one task per shard.
-    Computing it returns the number of bytes stored."""
+    """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
+    ``info`` of ``store`` at ``offset``. Computing it returns the number of bytes stored.
+
+    One encode task per block; a shard that one block covers whole is written by that
+    block's task, every other shard by a task of its own that gathers the encoded inner
+    chunks (and raw pieces of cut inner chunks) from the blocks touching it. An
+    unsharded array is written the same way, chunk by chunk.
+
+    ``fresh=True`` says the array was just created, so no shard exists yet: partly
+    written shards are not read first, and empty ones need no delete."""
     import dask
     from dask.base import tokenize
 
-    if info.sharding is None:
-        raise ShardwiseError(
-            "shardwise writes sharded arrays",
-            expected="an array with the sharding_indexed codec",
-            found="an unsharded array",
-            array=info.name,
-            advice="Create the array with shards, or write it with zarr-python.",
-        )
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     plan = plan_write(info.layout, source.chunks, offset)
-    target = _Target(store, info, write_empty_chunks=write_empty_chunks, order=order)
-    token = tokenize(source, store_token(store), info.path, plan.offset, write_empty_chunks, order)
+    target = _Target(store, info, write_empty_chunks=write_empty_chunks, order=order, fresh=fresh)
+    token = tokenize(
+        source, store_token(store), info.path, plan.offset, write_empty_chunks, order, fresh
+    )
     blocks = source.to_delayed()
-    shards_of = plan.blocks_of()
+    gathered: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    whole: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for sw in plan.shards:
+        if sw.covered and len(sw.blocks) == 1:
+            whole.setdefault(sw.blocks[0], []).append(sw.shard)
+        else:
+            for b in sw.blocks:
+                gathered.setdefault(b, []).append(sw.shard)
     encoded = {
-        b: dask.delayed(_encode_block, pure=True)(
+        b: dask.delayed(_encode_block, pure=True, nout=2)(
             blocks[b],
             plan.block_box(b),
-            shards_of[b],
+            gathered.get(b, []),
+            whole.get(b, []),
             target,
             dask_key_name=f"shardwise-encode-{token}-{i}",
         )
-        for i, b in enumerate(sorted(shards_of))
+        for i, b in enumerate(sorted(gathered.keys() | whole.keys()))
     }
     region = plan.region
-    writes = [
+    writes = [encoded[b][1] for b in sorted(whole)]
+    writes += [
         dask.delayed(_write_shard, pure=True)(
             sw.shard,
             sw.covered,
             region,
             target,
-            *(encoded[b][sw.shard] for b in sw.blocks),
+            *(encoded[b][0][sw.shard] for b in sw.blocks),
             dask_key_name=f"shardwise-shard-{token}-{i}",
         )
         for i, sw in enumerate(plan.shards)
+        if not (sw.covered and len(sw.blocks) == 1)
     ]
     return dask.delayed(sum, pure=True)(writes, dask_key_name=f"shardwise-store-{token}")

@@ -125,6 +125,14 @@ class CountingStore(WrapperStore[Store]):
         self.log.add(Request("set", key))
         await self._store.set(key, value)
 
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        self.log.add(Request("set", key))
+        await self._store.set_if_not_exists(key, value)
+
+    async def _set_many(self, values: Iterable[tuple[str, Any]]) -> None:
+        for key, value in values:  # zarr-python writes metadata documents this way
+            await self.set(key, value)
+
     def set_sync(self, key: str, value: Any) -> None:
         self.log.add(Request("set", key))
         super().set_sync(key, value)

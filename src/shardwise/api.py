@@ -1,0 +1,606 @@
+"""``shardwise.to_zarr``: write xarray datasets to sharded Zarr v3, one task per shard.
+
+The metadata step is xarray's own (``ZarrStore.store`` through zarr-python), so the
+arrays, attributes and CF encodings are exactly what ``Dataset.to_zarr`` writes. Only
+the data step differs: xarray hands every dask variable to an ``ArrayWriter``, and
+shardwise's writer captures them instead of calling ``dask.array.store``, then builds
+its own graph (:func:`shardwise.writer.store_dask_array`) in which exactly one task
+writes each shard.
+
+Before anything is written the whole metadata step runs once against a copy-on-write
+view of the store (:class:`shardwise.overlay.OverlayStore`), so bad input fails with
+the store untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from shardwise.errors import ShardwiseError, StoreExistsError, WriteError
+from shardwise.shard import WRITE_ORDERS
+
+__all__ = ["auto_chunks", "auto_shards", "to_zarr"]
+
+DEFAULT_SHARD_BYTES = "128 MiB"
+DEFAULT_CHUNK_BYTES = "1 MiB"
+_FIXED_KINDS = "biufcmM"  # dtype kinds the shard writer handles (fixed size)
+
+SizeSpec = None | Literal["auto"] | Mapping[Hashable, int]
+
+
+# -- shard and chunk shapes --------------------------------------------------------------
+def _target_bytes(key: str, default: str) -> int:
+    import dask.config
+    from dask.utils import parse_bytes
+
+    value = dask.config.get(key, default)
+    return int(parse_bytes(value) if isinstance(value, str) else value)
+
+
+def _regular(sizes: tuple[int, ...]) -> int | None:
+    """The block size of a dask dimension whose blocks are all equal but the last."""
+    if not sizes:
+        return None
+    first = sizes[0]
+    if all(s == first for s in sizes[:-1]) and sizes[-1] <= first:
+        return first
+    return None
+
+
+def auto_shards(
+    shape: tuple[int, ...],
+    itemsize: int,
+    blocks: tuple[tuple[int, ...], ...] | None,
+    target: int | None = None,
+) -> tuple[int, ...]:
+    """A shard shape toward ``target`` bytes (default: dask config
+    ``shardwise.shard-bytes``, 128 MiB) built from whole dask blocks where the blocks
+    are regular, so that each shard is written by the tasks of its own blocks.
+
+    Dimensions grow from the first (slowest-varying) one; when one block is already
+    larger than the target, the shard is a divisor of the block."""
+    if target is None:
+        target = _target_bytes("shardwise.shard-bytes", DEFAULT_SHARD_BYTES)
+    base = []
+    for i, n in enumerate(shape):
+        b = None if blocks is None else _regular(blocks[i])
+        base.append(max(1, min(n, b if b is not None else n)))
+    if math.prod(base) * itemsize > target:
+        return _shrink(tuple(base), itemsize, target)
+    out = list(base)
+    for i, n in enumerate(shape):
+        rest = math.prod(out) // out[i] * itemsize
+        factor = max(1, min(math.ceil(n / base[i]), target // max(rest * base[i], 1)))
+        out[i] = min(base[i] * factor, max(n, 1))
+        if math.prod(out) * itemsize * 2 > target:
+            break
+    return tuple(out)
+
+
+def _shrink(unit: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
+    """Divisors of ``unit`` per dimension, from the first, toward ``target`` bytes."""
+    out = list(unit)
+    for i, u in enumerate(unit):
+        rest = math.prod(out[i + 1 :]) * itemsize
+        fitting = [d for d in _divisors(u) if d * rest <= target]
+        out[i] = max(fitting) if fitting else 1
+        if fitting:
+            break
+    return tuple(out)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def auto_chunks(
+    shards: tuple[int, ...],
+    itemsize: int,
+    blocks: tuple[tuple[int, ...], ...] | None = None,
+    target: int | None = None,
+) -> tuple[int, ...]:
+    """An inner chunk shape that divides ``shards``, toward ``target`` bytes (default:
+    dask config ``shardwise.chunk-bytes``, 1 MiB). Where dask blocks are regular the
+    inner chunks also divide the blocks, so that they are encoded beside their data."""
+    if target is None:
+        target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    unit = []
+    for i, s in enumerate(shards):
+        b = None if blocks is None else _regular(blocks[i])
+        unit.append(math.gcd(s, b) if b else s)
+    if math.prod(unit) * itemsize <= target:
+        return tuple(unit)
+    return _shrink(tuple(unit), itemsize, target)
+
+
+def _by_dim(
+    spec: Mapping[Hashable, int], dims: tuple[Hashable, ...], default: tuple[int, ...]
+) -> tuple[int, ...]:
+    return tuple(int(spec.get(d, n)) for d, n in zip(dims, default, strict=True))
+
+
+def _check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
+    if spec is None or spec == "auto":
+        return
+    if not isinstance(spec, Mapping):
+        raise WriteError(
+            f"`{name}=` takes sizes by dimension name",
+            expected="None, 'auto' or a mapping such as {'time': 100}",
+            found=repr(spec),
+            advice=f"Give per-variable shapes in encoding={{var: {{{name!r}: (...)}}}}.",
+        )
+    unknown = [d for d in spec if d not in dims]
+    bad = [d for d, v in spec.items() if not isinstance(v, int | np.integer) or v < 1]
+    if unknown or bad:
+        raise WriteError(
+            f"`{name}=` names a dimension the dataset does not have, or a size below 1",
+            expected=f"positive sizes for dimensions among {sorted(map(str, dims))}",
+            found=repr(dict(spec)),
+        )
+
+
+def _plan_encoding(
+    ds: Any,
+    encoding: Mapping[Hashable, Mapping[str, Any]],
+    shards: SizeSpec,
+    chunks: SizeSpec,
+    existing: set[str],
+) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
+    """Apply ``shards=``/``chunks=`` to the variables the call creates. Explicit
+    per-variable ``encoding`` wins; the shapes inherited in ``variable.encoding`` (from
+    the store a dataset was opened from) give way to the arguments."""
+    out_encoding = {k: dict(v) for k, v in encoding.items()}
+    ds = ds.copy(deep=False)
+    for name, var in ds.variables.items():
+        if str(name) in existing or var.ndim == 0:
+            continue
+        itemsize = var.dtype.itemsize if var.dtype.kind in _FIXED_KINDS else 8
+        blocks = var.chunks
+        explicit = name in out_encoding
+        enc = out_encoding[name] if explicit else dict(var.encoding)
+        if not explicit and (shards is not None or chunks is not None):
+            for k in ("chunks", "shards", "preferred_chunks"):
+                enc.pop(k, None)
+        if "shards" not in enc and shards is not None:
+            if shards == "auto":
+                enc["shards"] = auto_shards(var.shape, itemsize, blocks)
+            else:
+                enc["shards"] = _by_dim(shards, var.dims, var.shape)
+        sharded = enc.get("shards") is not None
+        if "chunks" not in enc:
+            outer = tuple(enc["shards"]) if sharded else var.shape
+            if chunks == "auto" or (chunks is None and sharded):
+                enc["chunks"] = auto_chunks(outer, itemsize, blocks)
+            elif chunks is not None:
+                enc["chunks"] = _by_dim(chunks, var.dims, outer)
+        _check_shapes(name, var, enc)
+        if explicit:
+            out_encoding[name] = enc
+        else:
+            var.encoding = enc
+    return ds, out_encoding
+
+
+def _check_shapes(name: Hashable, var: Any, enc: Mapping[str, Any]) -> None:
+    s, c = enc.get("shards"), enc.get("chunks")
+    if not isinstance(s, tuple | list) or not isinstance(c, tuple | list):
+        return
+    ok = (
+        len(s) == len(c) == var.ndim
+        and all(isinstance(x, int | np.integer) and x > 0 for x in (*s, *c))
+        and all(si % ci == 0 for si, ci in zip(s, c, strict=True))
+    )
+    if not ok:
+        raise WriteError(
+            "the inner chunk shape must divide the shard shape in every dimension",
+            expected=f"{var.ndim} shard sizes, each a multiple of the inner chunk size",
+            found=f"shards {tuple(s)} and chunks {tuple(c)} for dimensions {var.dims}",
+            array=str(name),
+            advice="Pick inner chunks that divide the shards, or leave `chunks` out "
+            "and shardwise picks ~1 MiB inner chunks that do.",
+        )
+
+
+# -- capturing xarray's writes -----------------------------------------------------------
+class _Capture:
+    """Stands in for xarray's ``ArrayWriter``: numpy data is written at once through
+    zarr-python (as xarray does), dask data is kept for shardwise's graph. In a dry
+    run nothing is written, only checked."""
+
+    def __init__(self, *, dry: bool) -> None:
+        self.dry = dry
+        self.items: list[tuple[Any, Any, tuple[slice, ...]]] = []
+
+    def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
+        from xarray.namedarray.pycompat import is_chunked_array
+
+        region = tuple(region) if region else (slice(None),) * len(target.shape)
+        _offsets(source, target, region)
+        if is_chunked_array(source):
+            self.items.append((source, target, region))
+        elif not self.dry:
+            target[region] = source
+
+    def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
+        return None
+
+
+def _offsets(source: Any, target: Any, region: tuple[slice, ...]) -> tuple[int, ...]:
+    """Where in ``target`` the data goes; checks that it fits."""
+    starts = []
+    for i, (r, n) in enumerate(zip(region, target.shape, strict=True)):
+        start, stop, step = r.indices(n)
+        want = source.shape[i]
+        if step != 1 or stop - start != want or (r.stop is not None and r.stop > n):
+            raise WriteError(
+                "the region does not fit the array",
+                expected=f"{want} elements along axis {i} inside an array of length {n}",
+                found=f"region {r}",
+                array=target.path or "/",
+                advice="Write inside the array's bounds with steps of 1, or append with "
+                "append_dim=.",
+            )
+        starts.append(start)
+    return tuple(starts)
+
+
+# -- the public function -----------------------------------------------------------------
+def _as_dataset(obj: Any) -> Any:
+    import xarray as xr
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if isinstance(obj, xr.DataArray):
+        from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
+
+        if obj.name is None:
+            return obj.to_dataset(name=DATAARRAY_VARIABLE)
+        if obj.name in obj.coords or obj.name in obj.dims:
+            ds = obj.to_dataset(name=DATAARRAY_VARIABLE)
+            ds.attrs[DATAARRAY_NAME] = obj.name
+            return ds
+        return obj.to_dataset()
+    raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
+
+
+def _overlay_of(store: Any, storage_options: Any) -> Any:
+    """A copy-on-write view of ``store`` (an empty one when nothing exists there yet)."""
+    from zarr.core.sync import sync
+    from zarr.storage import MemoryStore, StorePath
+    from zarr.storage._common import make_store_path
+
+    from shardwise.overlay import OverlayStore
+
+    try:
+        base = sync(make_store_path(store, mode="r", storage_options=storage_options))
+    except FileNotFoundError:
+        return StorePath(OverlayStore(MemoryStore()), "")
+    return StorePath(OverlayStore(base.store), base.path)
+
+
+def _existing_node(path: Any, group: str | None) -> str | None:
+    """The metadata key of a Zarr node at ``group`` in the store, if there is one."""
+    from zarr.core.sync import sync
+
+    prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
+    for name in ("zarr.json", ".zgroup", ".zarray"):
+        key = f"{path.path.rstrip('/')}/{prefix}{name}".lstrip("/")
+        if sync(path.store.exists(key)):
+            return key
+    return None
+
+
+def _metadata_step(
+    ds: Any, zstore: Any, encoding: Mapping[Hashable, Any], capture: _Capture
+) -> None:
+    from xarray.backends.writers import dump_to_store
+
+    ds = zstore._validate_and_autodetect_region(ds)
+    zstore._validate_encoding(encoding)
+    dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
+
+
+def to_zarr(
+    obj: Any,
+    store: Any = None,
+    mode: str | None = None,
+    group: str | None = None,
+    encoding: Mapping[Any, Mapping[str, Any]] | None = None,
+    *,
+    compute: bool = True,
+    consolidated: bool | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[str, Any] | Literal["auto"] | None = None,
+    safe_chunks: bool = True,
+    align_chunks: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: dict[str, Any] | None = None,
+    shards: SizeSpec = None,
+    chunks: SizeSpec = None,
+    write_order: str = "morton",
+) -> Any:
+    """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
+    does, with exactly one dask task writing each shard.
+
+    Takes ``Dataset.to_zarr``'s arguments and per-variable encodings (``chunks``,
+    ``shards``, ``compressors``, ``filters``, ``serializer``, ``dtype``, ``_FillValue``,
+    ``scale_factor``, ``add_offset``, ``units``, ``calendar``...). Dask chunks of any
+    size and alignment are accepted and never rechunked; ``safe_chunks`` and
+    ``align_chunks`` are accepted for compatibility and not needed.
+
+    Extra arguments:
+
+    shards, chunks
+        Shard and inner chunk sizes for every new variable: a mapping from dimension
+        name to size (dimensions not named span the whole array, or the whole shard),
+        or ``"auto"``: shards built from whole dask blocks toward dask config
+        ``shardwise.shard-bytes`` (128 MiB), inner chunks dividing them toward
+        ``shardwise.chunk-bytes`` (1 MiB). A variable's explicit ``encoding`` wins.
+        Shards without inner chunks get ``"auto"`` inner chunks.
+    write_order
+        How inner chunks are laid out in a shard: ``"morton"`` (Z-order) or ``"C"``.
+
+    Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
+    writes the data (the metadata is written already) and returns it.
+    """
+    import dask
+    from xarray.backends.writers import get_writable_zarr_store
+
+    ds = _as_dataset(obj)
+    encoding = dict(encoding or {})
+    if store is None:
+        from zarr.storage import MemoryStore
+
+        store = MemoryStore()
+    try:
+        mode, ds, encoding, existing = _validate(
+            ds,
+            store,
+            mode,
+            group,
+            encoding,
+            append_dim,
+            region,
+            storage_options,
+            zarr_format,
+            shards,
+            chunks,
+            write_order,
+        )
+    except ShardwiseError:
+        raise
+    except ValueError as e:
+        raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
+
+    # the real metadata step (numpy data is written here, as xarray does)
+    zstore = get_writable_zarr_store(
+        store,
+        group=group,
+        consolidated=consolidated,
+        storage_options=storage_options,
+        zarr_format=zarr_format or 3,
+        write_empty_chunks=write_empty_chunks,
+        mode=mode,  # type: ignore[arg-type]
+        append_dim=append_dim,
+        region=region,
+        safe_chunks=False,
+    )
+    capture = _Capture(dry=False)
+    try:
+        _metadata_step(ds, zstore, encoding, capture)
+    except BaseException:
+        zstore.close()
+        raise
+
+    # the data step: one graph for all dask variables
+    writes = [
+        _data_graph(source, target, region_, write_empty_chunks, write_order, mode, existing)
+        for source, target, region_ in capture.items
+    ]
+    if not compute:
+        return dask.delayed(_finish, pure=False)(writes, zstore)
+    try:
+        if writes:
+            dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
+    finally:
+        zstore.close()
+    return zstore
+
+
+def _validate(
+    ds: Any,
+    store: Any,
+    mode: Any,
+    group: str | None,
+    encoding: dict[Hashable, Any],
+    append_dim: Hashable | None,
+    region: Any,
+    storage_options: Any,
+    zarr_format: int | None,
+    shards: SizeSpec,
+    chunks: SizeSpec,
+    write_order: str,
+) -> tuple[str, Any, dict[Hashable, Any], set[str]]:
+    """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
+    the store. Returns the mode, the dataset and encoding to write, and the names of
+    the arrays that exist already."""
+    from xarray.backends.writers import get_writable_zarr_store
+    from xarray.backends.zarr import _choose_default_mode
+
+    if write_order not in WRITE_ORDERS:
+        raise WriteError(
+            "unknown write order",
+            expected=f"one of {WRITE_ORDERS}",
+            found=repr(write_order),
+        )
+    _check_spec("shards", shards, set(ds.dims))
+    _check_spec("chunks", chunks, set(ds.dims))
+    if zarr_format is None:
+        zarr_format = 3
+    if zarr_format == 2 and (
+        shards is not None or any(e.get("shards") is not None for e in encoding.values())
+    ):
+        raise WriteError(
+            "shards need Zarr format 3",
+            expected="zarr_format=3 (or None)",
+            found="zarr_format=2 with shards",
+            advice="Zarr v2 has no sharding; drop zarr_format=2.",
+        )
+    if isinstance(region, Mapping):
+        for dim, r in region.items():
+            if isinstance(r, slice) and r.step not in (None, 1):
+                raise WriteError(
+                    "region slices must have a step of 1",
+                    expected="slice(start, stop)",
+                    found=f"{dim}={r}",
+                    advice="Write each strided part separately, or write the whole span.",
+                )
+    mode = _choose_default_mode(mode=mode, append_dim=append_dim, region=region)
+
+    view = _overlay_of(store, storage_options)
+    if mode == "w-" and (key := _existing_node(view, group)) is not None:
+        raise StoreExistsError(
+            "the store already holds Zarr data where mode='w-' creates a new dataset",
+            expected="no Zarr group or array at the target",
+            found=f"existing metadata {key!r}",
+            key=key,
+            advice="Pass mode='w' to overwrite, mode='a' to add variables, or "
+            "append_dim=/region= to extend it.",
+        )
+    dry = get_writable_zarr_store(
+        view,
+        mode=mode,
+        group=group,
+        consolidated=False,
+        append_dim=append_dim,
+        region=region,
+        safe_chunks=False,
+        zarr_format=zarr_format,
+    )
+    existing = set() if mode == "w" else set(dry.array_keys())
+    _check_dtypes(ds, dry, existing, group)
+    if isinstance(region, Mapping):
+        _check_region(ds, dry, region)
+    ds, encoding = _plan_encoding(ds, encoding, shards, chunks, existing)
+    _metadata_step(ds, dry, encoding, _Capture(dry=True))
+    return mode, ds, encoding, existing
+
+
+def _check_region(ds: Any, zstore: Any, region: Mapping[str, Any]) -> None:
+    """Explicit region slices must lie inside the arrays and match the data's sizes."""
+    try:
+        sizes = zstore.get_dimensions()
+    except ValueError:
+        return  # conflicting stored lengths: xarray's own checks report it
+    for dim, r in region.items():
+        n = sizes.get(dim)
+        if not isinstance(r, slice) or n is None or dim not in ds.sizes:
+            continue
+        start, stop, _ = r.indices(n)
+        inside = all(b is None or -n <= b <= n for b in (r.start, r.stop))
+        if not inside or stop - start != ds.sizes[dim]:
+            users = [str(k) for k, v in ds.data_vars.items() if dim in v.dims]
+            raise WriteError(
+                "the region does not fit the stored array",
+                expected=f"{ds.sizes[dim]} positions of dimension {dim!r} inside its "
+                f"stored length {n}",
+                found=f"region {dim}={r}",
+                array=users[0] if users else None,
+                advice="Give region slices inside the array and as long as the data, or "
+                "use append_dim= to grow the array.",
+            )
+
+
+def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -> None:
+    """Data written into an existing variable must keep its kind of values: no complex
+    into real, float into int, dates into numbers (xarray would cast them silently)."""
+    from xarray import conventions
+
+    for name, var in ds.variables.items():
+        if str(name) not in existing:
+            continue
+        old = conventions.decode_cf_variable(name, zstore.open_store_variable(str(name))).dtype
+        new = var.dtype
+        if old.kind in "OSUT" or new.kind in "OSUT":
+            continue  # strings: xarray's own check applies
+        if new.kind == old.kind or np.can_cast(new, old, casting="same_kind"):
+            continue
+        prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
+        raise WriteError(
+            "the data cannot be written into the existing variable without changing "
+            "its kind of values",
+            expected=f"{old} (or a type that casts to it safely)",
+            found=str(new),
+            array=str(name),
+            key=f"{prefix}{name}/zarr.json",
+            advice=f"Convert the data first (e.g. ds[{str(name)!r}].astype({str(old)!r})), "
+            "or write it to a new variable.",
+        )
+
+
+def _finish(writes: Any, zstore: Any) -> Any:
+    del writes  # the writes are done before the store is closed
+    zstore.close()
+    return zstore
+
+
+def _data_graph(
+    source: Any,
+    target: Any,
+    region: tuple[slice, ...],
+    write_empty_chunks: bool | None,
+    order: str,
+    mode: str,
+    existing: set[str],
+) -> Any:
+    """The delayed write of one dask variable into its zarr array."""
+    from shardwise.metadata import ArrayInfo
+    from shardwise.writer import store_dask_array
+
+    offset = _offsets(source, target, region)
+    empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+    fresh = mode == "w" or target.basename not in existing
+    if target.metadata.zarr_format == 3 and source.dtype.kind in _FIXED_KINDS:
+        info = ArrayInfo.from_metadata(target.metadata, target.path)
+        return store_dask_array(
+            source.astype(info.dtype, copy=False),
+            target.store_path.store,
+            info,
+            offset=offset,
+            write_empty_chunks=bool(empty),
+            order=order,
+            fresh=fresh,
+        )
+    return _store_aligned(source, target, region, offset)
+
+
+def _store_aligned(source: Any, target: Any, region: tuple[slice, ...], offset: Any) -> Any:
+    """What the shard writer does not handle (Zarr v2 arrays, variable-length strings)
+    goes through ``dask.array.store`` after rechunking to the array's write grid, so no
+    two tasks share a chunk or shard."""
+    import dask.array as da
+
+    grid = getattr(target, "shards", None) or target.chunks
+    new_chunks = tuple(
+        _aligned(n, o, g) for n, o, g in zip(source.shape, offset, grid, strict=True)
+    )
+    aligned = source.rechunk(new_chunks) if new_chunks != source.chunks else source
+    return da.store(aligned, target, regions=region, lock=False, compute=False)
+
+
+def _aligned(n: int, offset: int, grid: int) -> tuple[int, ...]:
+    """Chunk sizes covering ``[offset, offset + n)`` that break at multiples of ``grid``."""
+    out, pos, end = [], offset, offset + n
+    while pos < end:
+        stop = min((pos // grid + 1) * grid, end)
+        out.append(stop - pos)
+        pos = stop
+    return tuple(out) or (0,)

@@ -1,0 +1,472 @@
+"""shardwise.to_zarr (issue 3): the graph, region and append writes, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import dask
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+from dask.diagnostics import ProgressBar
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.storage import LocalStore, MemoryStore
+
+import shardwise
+from shardwise import StoreExistsError, WriteError
+from shardwise.api import auto_chunks, auto_shards
+from shardwise.codecs import ShardDecoder
+from shardwise.metadata import ArrayInfo
+from shardwise.testing import CountingStore
+
+
+def table(nt=1000, nx=50, chunks=30, seed=0):
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=(nt, nx)).astype("f4")
+    ds = xr.Dataset(
+        {"v": (("time", "x"), v, {"units": "K"})},
+        coords={"time": pd.date_range("2000-01-01", periods=nt, freq="h"), "x": np.arange(nx)},
+        attrs={"title": "test"},
+    )
+    return ds.chunk({"time": chunks})
+
+
+def listing(path):
+    """Every file under ``path`` with a hash of its bytes."""
+    return {
+        p.relative_to(path).as_posix(): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def read(path):
+    return xr.open_zarr(path, consolidated=False).load()
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+# -- the write graph ---------------------------------------------------------------------
+def test_misaligned_chunks_one_put_per_shard_and_nothing_lost(tmp_path):
+    ds = table()
+    store = CountingStore(LocalStore(tmp_path / "s.zarr"))
+    shardwise.to_zarr(ds, store, shards={"time": 100}, chunks={"time": 10}, consolidated=False)
+    puts = store.log.per_key("set")
+    shard_puts = {k: n for k, n in puts.items() if k.startswith("v/c/")}
+    assert shard_puts == {f"v/c/{i}/0": 1 for i in range(10)}
+    other = {r.key for r in store.log.sets() if r.key.startswith("v/")} - set(shard_puts)
+    assert other == {"v/zarr.json"}  # (xarray writes it, then again with the attributes)
+    xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
+    meta = zarr.open_array(tmp_path / "s.zarr" / "v").metadata
+    assert meta.chunk_grid.chunk_shape == (100, 50)
+    assert meta.sharding_codec.chunk_shape == (10, 50)
+
+
+def graph_keys(delayed):
+    return [k[0] if isinstance(k, tuple) else k for k in dict(delayed.__dask_graph__())]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "encode_tasks", "shard_tasks"),
+    [
+        (100, 10, 0),  # dask chunks = shards: each encode task writes its shard
+        (200, 5, 0),  # larger than shards: one task writes two shards
+        (30, 34, 10),  # smaller and misaligned: one task per shard gathers the pieces
+    ],
+)
+def test_task_per_shard(tmp_path, chunks, encode_tasks, shard_tasks):
+    ds = table(chunks=chunks)
+    store = CountingStore(LocalStore(tmp_path / "s.zarr"))
+    delayed = shardwise.to_zarr(ds, store, shards={"time": 100}, compute=False, consolidated=False)
+    keys = graph_keys(delayed)
+    assert sum(k.startswith("shardwise-encode-") for k in keys) == encode_tasks
+    assert sum(k.startswith("shardwise-shard-") for k in keys) == shard_tasks
+    assert not any(k.startswith("v/c/") for k in store.log.per_key("set"))  # not yet
+    result = delayed.compute()
+    assert isinstance(result, xr.backends.ZarrStore)
+    assert sum(k.startswith("v/c/") for k in store.log.per_key("set")) == 10
+    xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
+
+
+def test_progress_bar_and_write_order(tmp_path, capsys):
+    ds = table(chunks=70)
+    delayed = shardwise.to_zarr(
+        ds,
+        tmp_path / "s.zarr",
+        shards={"time": 100},
+        write_order="C",
+        compute=False,
+        consolidated=False,
+    )
+    with ProgressBar():
+        delayed.compute()
+    assert "Completed" in capsys.readouterr().out
+    xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
+
+
+def test_all_fill_shards_are_not_stored_and_old_ones_deleted(tmp_path):
+    ds = table()
+    ds["v"][300:400] = np.nan
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds.chunk({"time": 30}), path, shards={"time": 100}, consolidated=False)
+    assert not (path / "v" / "c" / "3").exists()
+    xr.testing.assert_identical(read(path), ds.load())
+    # a region write of fill values deletes the shard it covers
+    blank = ds.isel(time=slice(500, 600)).drop_vars(["time", "x"])
+    blank["v"][:] = np.nan
+    shardwise.to_zarr(
+        blank.chunk({"time": 45}), path, region={"time": slice(500, 600)}, consolidated=False
+    )
+    assert not (path / "v" / "c" / "5" / "0").exists()
+    assert (path / "v" / "c" / "4" / "0").exists()
+
+
+def test_rerun_is_idempotent(tmp_path):
+    ds = table(chunks=30)
+    path = tmp_path / "s.zarr"
+    kwargs = {"shards": {"time": 100}, "chunks": {"time": 10}, "consolidated": False}
+    shardwise.to_zarr(ds, path, mode="w", **kwargs)
+    first = listing(path)
+    shardwise.to_zarr(ds, path, mode="w", **kwargs)
+    assert listing(path) == first
+
+
+def test_rerun_after_a_failed_write(tmp_path):
+    """A write whose tasks fail part-way leaves some shards written; running the same
+    call again produces the whole array."""
+    ds = table(chunks=30)
+    path = tmp_path / "s.zarr"
+
+    def boom(block, block_info=None):
+        if block_info[0]["chunk-location"][0] == 20:
+            raise RuntimeError("worker lost")
+        return block
+
+    broken = ds.copy()
+    broken["v"] = ds.v.copy(data=ds.v.data.map_blocks(boom, dtype="f4"))
+    kwargs = {"shards": {"time": 100}, "chunks": {"time": 10}, "consolidated": False}
+    with dask.config.set(scheduler="sync"), pytest.raises(RuntimeError, match="worker lost"):
+        shardwise.to_zarr(broken, path, mode="w", **kwargs)
+    shardwise.to_zarr(ds, path, mode="w", **kwargs)
+    xr.testing.assert_identical(read(path), ds.load())
+
+
+def test_dataarray_and_group(tmp_path):
+    ds = table(chunks=64)
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds.v, path, group="g/h", shards="auto", consolidated=False)
+    back = xr.open_dataarray(path, group="g/h", engine="zarr", consolidated=False)
+    xr.testing.assert_identical(back.load(), ds.v.load())
+    sw = xr.open_dataarray(path, group="g/h", engine="shardwise", chunks={}, consolidated=False)
+    xr.testing.assert_identical(sw.load(), ds.v.load())
+
+
+def test_numpy_variables_and_unsharded_arrays(tmp_path):
+    ds = table(chunks=30).compute()  # numpy: written by zarr-python, as xarray does
+    ds["w"] = ds.v.chunk({"time": 33}) * 2  # dask, no shards: chunk by chunk, misaligned
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(
+        ds,
+        path,
+        encoding={"v": {"shards": (100, 50), "chunks": (10, 50)}, "w": {"chunks": (40, 50)}},
+        consolidated=False,
+    )
+    xr.testing.assert_identical(read(path), ds)
+    assert zarr.open_array(path / "w").metadata.sharding_codec is None
+
+
+def test_in_memory_store_by_default():
+    ds = table(chunks=30)
+    zstore = shardwise.to_zarr(ds, shards={"time": 100}, consolidated=False)
+    back = xr.open_zarr(zstore.zarr_group.store, consolidated=False).load()
+    xr.testing.assert_identical(back, ds.load())
+
+
+def test_auto_shapes():
+    # shards from whole dask blocks toward the target, inner chunks dividing both
+    assert auto_shards((1000, 720, 1440), 4, ((30,) * 33 + (10,), (720,), (1440,)), 2**27) == (
+        30,
+        720,
+        1440,
+    )
+    s = auto_shards((1000, 50), 4, ((30,) * 33 + (10,), (50,)), 64 * 1024)
+    assert s[0] % 30 == 0 and s[1] == 50 and s[0] * 50 * 4 <= 64 * 1024
+    assert auto_shards((10, 2000, 2000), 4, ((1,) * 10, (2000,), (2000,)), 2**20) == (1, 125, 2000)
+    c = auto_chunks((100, 50), 4, ((30,) * 34, (50,)), 1000)
+    assert c == (5, 50)  # divides gcd(100, 30) = 10, at most 1000 bytes
+    assert auto_chunks((64, 512, 512), 4, None, 2**20) == (1, 512, 512)
+
+
+# -- region and append writes ------------------------------------------------------------
+def test_region_write_cutting_through_shards(tmp_path):
+    ds = table(chunks=30)
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds, path, shards={"time": 100}, chunks={"time": 10}, consolidated=False)
+    before = listing(path)
+    new = table(seed=1).isel(time=slice(155, 437)).chunk({"time": 17})
+    store = CountingStore(LocalStore(path))
+    shardwise.to_zarr(
+        new.drop_vars(["time", "x"]), store, region={"time": slice(155, 437)}, consolidated=False
+    )
+    expected = ds.load().copy(deep=True)
+    expected["v"][155:437] = new.v.values
+    xr.testing.assert_identical(read(path), expected)
+    # one put for each shard touched (1..4), none for the others
+    assert sorted(k for k in store.log.per_key("set") if k.startswith("v/c")) == [
+        f"v/c/{i}/0" for i in range(1, 5)
+    ]
+    after = listing(path)
+    untouched = [f"v/c/{i}/0" for i in (0, 5, 6, 7, 8, 9)]
+    assert all(after[k] == before[k] for k in untouched)
+
+
+def test_region_auto(tmp_path):
+    ds = table(chunks=30)
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds, path, shards={"time": 100}, chunks={"time": 10}, consolidated=False)
+    part = table(seed=2).isel(time=slice(42, 97))
+    shardwise.to_zarr(part.chunk({"time": 11}), path, region="auto", consolidated=False)
+    expected = ds.load().copy(deep=True)
+    expected["v"][42:97] = part.v.values
+    xr.testing.assert_identical(read(path), expected)
+
+
+def test_append_cutting_through_a_shard(tmp_path):
+    ds = table(nt=250, chunks=30)
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(ds, path, shards={"time": 100}, chunks={"time": 10}, consolidated=False)
+    more = table(nt=500, seed=3).isel(time=slice(250, 500)).chunk({"time": 45})
+    store = CountingStore(LocalStore(path))
+    shardwise.to_zarr(more, store, append_dim="time", consolidated=False)
+    xr.testing.assert_identical(read(path), xr.concat([ds, more], "time").load())
+    puts = sorted(k for k in store.log.per_key("set") if k.startswith("v/c"))
+    assert puts == ["v/c/2/0", "v/c/3/0", "v/c/4/0"]  # shard 2 was partial: merged
+
+
+@st.composite
+def write_cases(draw):
+    n = draw(st.integers(1, 60))
+    inner = draw(st.integers(1, 6))
+    shard = inner * draw(st.integers(1, 4))
+    nx = draw(st.integers(1, 5))
+
+    def chunking(total):
+        sizes, left = [], total
+        while left:
+            sizes.append(draw(st.integers(1, left)))
+            left -= sizes[-1]
+        return tuple(sizes)
+
+    op = draw(st.sampled_from(["region", "append", "none"]))
+    if op == "region":
+        lo = draw(st.integers(0, n - 1))
+        hi = draw(st.integers(lo + 1, n))
+    elif op == "append":
+        lo, hi = n, n + draw(st.integers(1, 40))
+    else:
+        lo = hi = n
+    return n, nx, shard, inner, chunking(n), op, lo, hi, chunking(max(hi - lo, 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(write_cases(), st.integers(0, 2**31))
+def test_any_chunking_region_or_append_lands_exactly(case, seed):
+    n, nx, shard, inner, chunks, op, lo, hi, new_chunks = case
+    rng = np.random.default_rng(seed)
+    store = MemoryStore()
+    values = rng.normal(size=(n, nx)).round(2)
+    values[rng.random(values.shape) < 0.3] = np.nan
+    ds = xr.Dataset({"v": (("t", "x"), values)}, coords={"t": np.arange(n)})
+    with dask.config.set(scheduler="sync"):
+        shardwise.to_zarr(
+            ds.chunk({"t": chunks}),
+            store,
+            shards={"t": shard},
+            chunks={"t": inner},
+            consolidated=False,
+        )
+        expected = values
+        if op != "none":
+            new = rng.normal(size=(hi - lo, nx)).round(2)
+            new[rng.random(new.shape) < 0.3] = np.nan
+            part = xr.Dataset({"v": (("t", "x"), new)}, coords={"t": np.arange(lo, hi)})
+            part = part.chunk({"t": new_chunks})
+            if op == "region":
+                shardwise.to_zarr(
+                    part.drop_vars("t"), store, region={"t": slice(lo, hi)}, consolidated=False
+                )
+                expected = values.copy()
+                expected[lo:hi] = new
+            else:
+                shardwise.to_zarr(part, store, append_dim="t", consolidated=False)
+                expected = np.concatenate([values, new])
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[...], expected)
+
+
+# -- bad input: refused before anything is written ---------------------------------------
+def _base(tmp_path):
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(
+        table(nt=200, chunks=30),
+        path,
+        shards={"time": 100},
+        chunks={"time": 10},
+        consolidated=False,
+    )
+    return path
+
+
+def _append(ds, **renames):
+    part = table(nt=260, seed=5).isel(time=slice(200, 260))
+    return part.rename(renames) if renames else part
+
+
+BAD = {
+    "inner does not divide shard": (
+        lambda: table(nt=200),
+        {"mode": "w", "shards": {"time": 100}, "chunks": {"time": 30}},
+        WriteError,
+    ),
+    "inner does not divide shard (encoding)": (
+        lambda: table(nt=200),
+        {"mode": "w", "encoding": {"v": {"shards": (100, 50), "chunks": (100, 7)}}},
+        WriteError,
+    ),
+    "second variable invalid under mode=w": (
+        lambda: table(nt=200).assign(w=lambda d: d.v * 2),
+        {"mode": "w", "encoding": {"w": {"shards": (100, 50), "chunks": (3, 50)}}},
+        WriteError,
+    ),
+    "shards with zarr_format=2": (
+        lambda: table(nt=200),
+        {"mode": "w", "shards": {"time": 100}, "zarr_format": 2},
+        WriteError,
+    ),
+    "region with a step": (
+        lambda: table(nt=200).isel(time=slice(0, 50)).drop_vars(["time", "x"]),
+        {"region": {"time": slice(0, 100, 2)}},
+        WriteError,
+    ),
+    "region outside the array": (
+        lambda: table(nt=200).isel(time=slice(0, 50)).drop_vars(["time", "x"]),
+        {"region": {"time": slice(180, 230)}},
+        WriteError,
+    ),
+    "region of the wrong length": (
+        lambda: table(nt=200).isel(time=slice(0, 50)).drop_vars(["time", "x"]),
+        {"region": {"time": slice(0, 40)}},
+        WriteError,
+    ),
+    "append with other dimensions": (
+        lambda: _append(None, x="y"),
+        {"append_dim": "time"},
+        WriteError,
+    ),
+    "append with another size": (
+        lambda: _append(None).isel(x=slice(0, 10)),
+        {"append_dim": "time"},
+        WriteError,
+    ),
+    "append with another dtype": (
+        lambda: _append(None).assign(v=lambda d: d.v.astype("c8")),
+        {"append_dim": "time"},
+        WriteError,
+    ),
+    "append of strings to numbers": (
+        lambda: _append(None).assign(v=lambda d: d.v.astype("U4")),
+        {"append_dim": "time"},
+        WriteError,
+    ),
+    "existing store with mode=w-": (lambda: table(nt=200), {"mode": "w-"}, StoreExistsError),
+    "append_dim with mode=w": (
+        lambda: table(nt=200),
+        {"mode": "w", "append_dim": "time"},
+        WriteError,
+    ),
+    "unencodable dtype": (
+        lambda: xr.Dataset({"o": ("time", np.array([{"a": 1}] * 200, dtype=object))}),
+        {"mode": "w"},
+        WriteError,
+    ),
+    "unknown shard dimension": (
+        lambda: table(nt=200),
+        {"mode": "w", "shards": {"lat": 10}},
+        WriteError,
+    ),
+    "bad write order": (lambda: table(nt=200), {"mode": "w", "write_order": "F"}, WriteError),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_changes_nothing(tmp_path, case):
+    make, kwargs, error = BAD[case]
+    path = _base(tmp_path)
+    before = listing(path)
+    with pytest.raises(error) as info:
+        shardwise.to_zarr(make(), path, consolidated=False, **kwargs)
+    assert isinstance(info.value, shardwise.ShardwiseError)
+    assert listing(path) == before
+    assert str(info.value).endswith(".") or "." in str(info.value)
+
+
+def test_errors_name_array_and_key(tmp_path):
+    path = _base(tmp_path)
+    with pytest.raises(WriteError) as info:
+        shardwise.to_zarr(
+            _append(None).assign(v=lambda d: d.v.astype("c8")), path, append_dim="time"
+        )
+    assert info.value.array == "v" and info.value.key == "v/zarr.json"
+    with pytest.raises(StoreExistsError) as exists:
+        shardwise.to_zarr(table(), path)
+    assert isinstance(exists.value, FileExistsError) and exists.value.key == "zarr.json"
+
+
+def test_new_store_not_created_by_refused_write(tmp_path):
+    with pytest.raises(WriteError):
+        shardwise.to_zarr(table(), tmp_path / "new.zarr", shards={"time": 100}, chunks={"time": 7})
+    assert not (tmp_path / "new.zarr").exists()
+
+
+# -- atomic puts -------------------------------------------------------------------------
+def test_readers_never_see_a_torn_shard(tmp_path):
+    """LocalStore writes a temporary file and renames it over the shard, so a reader
+    polling the shard while it is rewritten sees a whole old or new shard."""
+    path = tmp_path / "s.zarr"
+    big = xr.Dataset({"v": (("t", "x"), np.random.default_rng(0).normal(size=(64, 65536)))})
+    kwargs = {
+        "encoding": {"v": {"shards": (64, 65536), "chunks": (8, 65536)}},
+        "consolidated": False,
+    }
+    shardwise.to_zarr(big.chunk({"t": 16}), path, **kwargs)
+    info = ArrayInfo.from_metadata(zarr.open_array(path / "v").metadata, "v")
+    decoder = ShardDecoder(info.sharding, (64, 65536), info.zdtype, info.fill_value)
+    shard = path / "v" / "c" / "0" / "0"
+    stop = threading.Event()
+    seen = []
+
+    def poll():
+        while not stop.is_set():
+            raw = shard.read_bytes()
+            decoder.parse(np.frombuffer(raw, "u1"), key="v/c/0/0")  # raises on a torn shard
+            seen.append(len(raw))
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for i in range(4):
+            shardwise.to_zarr(
+                (big + i).chunk({"t": 16}), path, region={"t": slice(0, 64)}, consolidated=False
+            )
+    finally:
+        stop.set()
+        reader.join()
+    assert seen
+    np.testing.assert_array_equal(zarr.open_array(path / "v")[...], big.v.values + 3)
