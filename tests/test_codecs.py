@@ -73,3 +73,17 @@ def test_big_endian_chunks_come_out_native():
     out = dec.decode(numcodecs.Zstd().encode(np.array([1, 2, 3], dtype=">i4")), scratch=True)
     assert out.dtype == np.dtype("i4") and out.dtype.isnative
     np.testing.assert_array_equal(out, [1, 2, 3])
+
+
+@pytest.mark.parametrize("fill", [np.nan, 0.0, -1.0])
+def test_is_fill(fill):
+    from shardwise.codecs import is_fill
+
+    a = np.full((4, 5), fill)
+    assert is_fill(a, fill) and is_fill(a[:, 1:3], fill) and is_fill(a[:0], fill)
+    for where in [(0, 0), (3, 4), (2, 2)]:  # first, last, middle element differs
+        b = a.copy()
+        b[where] = 7.0
+        assert not is_fill(b, fill)
+    assert not is_fill(np.full(3, np.nan), 0.0)
+    assert is_fill(np.zeros(3, "i2"), 0) and not is_fill(np.arange(3, dtype="i2"), 0)

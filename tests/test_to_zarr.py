@@ -470,3 +470,48 @@ def test_readers_never_see_a_torn_shard(tmp_path):
         reader.join()
     assert seen
     np.testing.assert_array_equal(zarr.open_array(path / "v")[...], big.v.values + 3)
+
+
+def test_write_empty_chunks_keeps_fill_chunks(tmp_path):
+    ds = table(nt=200, chunks=30)
+    ds["v"][:100] = np.nan
+    path = tmp_path / "s.zarr"
+    shardwise.to_zarr(
+        ds,
+        path,
+        shards={"time": 100},
+        chunks={"time": 10},
+        write_empty_chunks=True,
+        consolidated=False,
+    )
+    assert (path / "v" / "c" / "0" / "0").exists()
+    xr.testing.assert_identical(read(path), ds.load())
+
+
+def test_zarr_v2_and_strings_go_through_aligned_dask_store(tmp_path):
+    """What the shard writer does not handle is rechunked to the chunk grid first, so a
+    misaligned dask chunking is still safe."""
+    ds = table(nt=200, chunks=30)
+    ds["name"] = ("time", np.array([f"n{i}" for i in range(200)]))
+    ds = ds.assign(name=ds["name"].chunk({"time": 45}))
+    v2 = tmp_path / "v2.zarr"
+    shardwise.to_zarr(
+        ds,
+        v2,
+        zarr_format=2,
+        encoding={"v": {"chunks": (40, 50)}, "name": {"chunks": (40,)}},
+        consolidated=False,
+    )
+    xr.testing.assert_identical(xr.open_zarr(v2, consolidated=False).load(), ds.load())
+    v3 = tmp_path / "v3.zarr"
+    shardwise.to_zarr(ds, v3, shards={"time": 100}, chunks={"time": 20}, consolidated=False)
+    xr.testing.assert_identical(read(v3), ds.load())
+    assert zarr.open_array(v3 / "name").metadata.sharding_codec is not None
+
+
+def test_aligned_chunks_break_at_the_grid():
+    from shardwise.api import _aligned
+
+    assert _aligned(20, 95, 10) == (5, 10, 5)
+    assert _aligned(30, 0, 10) == (10, 10, 10)
+    assert _aligned(3, 4, 10) == (3,)

@@ -62,8 +62,9 @@ def auto_shards(
     ``shardwise.shard-bytes``, 128 MiB) built from whole dask blocks where the blocks
     are regular, so that each shard is written by the tasks of its own blocks.
 
-    Dimensions grow from the first (slowest-varying) one; when one block is already
-    larger than the target, the shard is a divisor of the block."""
+    Dimensions grow from the first (slowest-varying) one, by whole blocks (the last
+    shard may reach past the array's end); when one block is already larger than the
+    target, the shard is a divisor of the block."""
     if target is None:
         target = _target_bytes("shardwise.shard-bytes", DEFAULT_SHARD_BYTES)
     base = []
@@ -72,12 +73,55 @@ def auto_shards(
         base.append(max(1, min(n, b if b is not None else n)))
     if math.prod(base) * itemsize > target:
         return _shrink(tuple(base), itemsize, target)
-    out = list(base)
-    for i, n in enumerate(shape):
+    return _grow(tuple(base), tuple(max(n, 1) for n in shape), itemsize, target, divide=False)
+
+
+def auto_chunks(
+    outer: tuple[int, ...],
+    itemsize: int,
+    blocks: tuple[tuple[int, ...], ...] | None = None,
+    target: int | None = None,
+    *,
+    sharded: bool = True,
+) -> tuple[int, ...]:
+    """An inner chunk shape toward ``target`` bytes (default: dask config
+    ``shardwise.chunk-bytes``, 1 MiB) that divides the shard shape ``outer``. Where
+    dask blocks are regular, the inner chunks divide the blocks too when the blocks are
+    large enough (then they are encoded beside their data), else they hold whole
+    blocks. With ``sharded=False``, ``outer`` is the array's shape and the result is a
+    plain chunk shape, built from whole blocks."""
+    if target is None:
+        target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    unit = []
+    for i, s in enumerate(outer):
+        b = None if blocks is None else _regular(blocks[i])
+        if b is None:
+            unit.append(max(s, 1))
+        else:
+            unit.append(math.gcd(s, b) if sharded else max(1, min(s, b)))
+    if math.prod(unit) * itemsize > target:
+        return _shrink(tuple(unit), itemsize, target)
+    limit = tuple(max(s, 1) for s in outer)
+    return _grow(tuple(unit), limit, itemsize, target, divide=sharded)
+
+
+def _grow(
+    unit: tuple[int, ...], limit: tuple[int, ...], itemsize: int, target: int, *, divide: bool
+) -> tuple[int, ...]:
+    """Multiples of ``unit`` per dimension, from the first, toward ``target`` bytes and
+    up to ``limit`` (with ``divide``, only sizes that divide ``limit``; without, up to
+    the multiple that first covers it)."""
+    out = list(unit)
+    for i, (u, n) in enumerate(zip(unit, limit, strict=True)):
         rest = math.prod(out) // out[i] * itemsize
-        factor = max(1, min(math.ceil(n / base[i]), target // max(rest * base[i], 1)))
-        out[i] = min(base[i] * factor, max(n, 1))
-        if math.prod(out) * itemsize * 2 > target:
+        if divide:
+            options = [d for d in _divisors(n) if d % u == 0]
+        else:
+            most = math.ceil(n / u)
+            options = [u * max(1, min(most, target // max(rest * u, 1))), u * most]
+        fitting = [d for d in options if d * rest <= target]
+        out[i] = max(fitting) if fitting else u
+        if out[i] < max(options):
             break
     return tuple(out)
 
@@ -97,26 +141,6 @@ def _shrink(unit: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
-
-
-def auto_chunks(
-    shards: tuple[int, ...],
-    itemsize: int,
-    blocks: tuple[tuple[int, ...], ...] | None = None,
-    target: int | None = None,
-) -> tuple[int, ...]:
-    """An inner chunk shape that divides ``shards``, toward ``target`` bytes (default:
-    dask config ``shardwise.chunk-bytes``, 1 MiB). Where dask blocks are regular the
-    inner chunks also divide the blocks, so that they are encoded beside their data."""
-    if target is None:
-        target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
-    unit = []
-    for i, s in enumerate(shards):
-        b = None if blocks is None else _regular(blocks[i])
-        unit.append(math.gcd(s, b) if b else s)
-    if math.prod(unit) * itemsize <= target:
-        return tuple(unit)
-    return _shrink(tuple(unit), itemsize, target)
 
 
 def _by_dim(
@@ -176,7 +200,7 @@ def _plan_encoding(
         if "chunks" not in enc:
             outer = tuple(enc["shards"]) if sharded else var.shape
             if chunks == "auto" or (chunks is None and sharded):
-                enc["chunks"] = auto_chunks(outer, itemsize, blocks)
+                enc["chunks"] = auto_chunks(outer, itemsize, blocks, sharded=sharded)
             elif chunks is not None:
                 enc["chunks"] = _by_dim(chunks, var.dims, outer)
         _check_shapes(name, var, enc)
