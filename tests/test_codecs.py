@@ -87,3 +87,43 @@ def test_is_fill(fill):
         assert not is_fill(b, fill)
     assert not is_fill(np.full(3, np.nan), 0.0)
     assert is_fill(np.zeros(3, "i2"), 0) and not is_fill(np.arange(3, dtype="i2"), 0)
+
+
+@pytest.mark.parametrize(
+    "codecs",
+    [
+        [BytesCodec(), ZstdCodec(level=1)],
+        [BytesCodec(), ZstdCodec(level=5, checksum=True)],
+        [BytesCodec(endian="big"), GzipCodec(level=3)],
+        [BytesCodec(), ZstdCodec(level=0), zarr.codecs.Crc32cCodec()],
+        [BytesCodec()],
+        [zarr.codecs.TransposeCodec(order=(1, 0)), BytesCodec(), ZstdCodec(level=1)],
+    ],
+)
+def test_encoder_output_decodes_with_zarr(tmp_path, codecs):
+    """What ChunkEncoder's fast path writes, zarr-python reads (as an unsharded chunk)."""
+    import pickle
+
+    from shardwise.codecs import ChunkEncoder
+
+    data = np.arange(24.0).reshape(6, 4)
+    arr = zarr.create_array(
+        tmp_path / "b",
+        shape=(6, 4),
+        chunks=(6, 4),
+        dtype="f8",
+        fill_value=0.0,
+        filters=[c for c in codecs if isinstance(c, zarr.codecs.TransposeCodec)],
+        serializer=next(c for c in codecs if isinstance(c, BytesCodec)),
+        compressors=[
+            c for c in codecs if not isinstance(c, BytesCodec | zarr.codecs.TransposeCodec)
+        ],
+    )
+    enc = ChunkEncoder(arr.metadata.codecs, (6, 4), arr.metadata.data_type, 0.0)
+    enc = pickle.loads(pickle.dumps(enc))  # as it travels to dask workers
+    assert enc._fast is not None
+    (tmp_path / "b" / "c" / "0").mkdir(parents=True)
+    (tmp_path / "b" / "c" / "0" / "0").write_bytes(
+        enc.encode(np.asfortranarray(data))
+    )  # gathered via scratch
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "b")[...], data)
