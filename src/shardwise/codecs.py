@@ -495,10 +495,10 @@ def is_fill(arr: npt.NDArray[Any], fill_value: Any) -> bool:
 
 class _ZstdEncode:
     """zstd compression through python-zstandard, with one compression context per
-    thread reused from chunk to chunk. (numcodecs creates a context, about 1 MiB of
-    workspace, for every chunk: in dask workers, whose allocator returns freed memory to
-    the system at once, that costs ~40% more time on 64 KiB chunks.) The frames record
-    the content size, as numcodecs' do, so every zstd decoder reads them."""
+    thread reused from chunk to chunk. (numcodecs creates a context for every chunk: in
+    dask workers, whose allocator returns freed memory to the system at once, that made
+    compressing 64 KiB chunks about 1.6x slower; see docs/benchmarks.md.) The frames
+    record the content size, as numcodecs' do, so every zstd decoder reads them."""
 
     def __init__(self, level: int, checksum: bool) -> None:
         self.level = level
