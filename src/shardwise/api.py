@@ -239,15 +239,16 @@ class _Capture:
 
     def __init__(self, *, dry: bool) -> None:
         self.dry = dry
-        self.items: list[tuple[Any, Any, tuple[slice, ...]]] = []
+        # (dask array, zarr array, region, offset of the region)
+        self.items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]] = []
 
     def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
         from xarray.namedarray.pycompat import is_chunked_array
 
         region = tuple(region) if region else (slice(None),) * len(target.shape)
-        _offsets(source, target, region)
+        offset = _offsets(source, target, region)
         if is_chunked_array(source):
-            self.items.append((source, target, region))
+            self.items.append((source, target, region, offset))
         elif not self.dry:
             target[region] = source
 
@@ -308,11 +309,16 @@ def _overlay_of(store: Any, storage_options: Any) -> Any:
     return StorePath(OverlayStore(base.store), base.path)
 
 
+def _group_prefix(group: str | None) -> str:
+    """``"a/b/"`` for group ``"/a/b"``; ``""`` for the root."""
+    return f"{group.strip('/')}/" if group and group.strip("/") else ""
+
+
 def _existing_node(path: Any, group: str | None) -> str | None:
     """The metadata key of a Zarr node at ``group`` in the store, if there is one."""
     from zarr.core.sync import sync
 
-    prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
+    prefix = _group_prefix(group)
     for name in ("zarr.json", ".zgroup", ".zarray"):
         key = f"{path.path.rstrip('/')}/{prefix}{name}".lstrip("/")
         if sync(path.store.exists(key)):
@@ -425,10 +431,12 @@ def to_zarr(
         raise
 
     # the data step: one graph for all dask variables
-    writes = [
-        _data_graph(source, target, region_, write_empty_chunks, write_order, mode, existing)
-        for source, target, region_ in capture.items
-    ]
+    writes = []
+    for source, target, region_, offset in capture.items:
+        fresh = mode == "w" or target.basename not in existing  # no shard exists yet
+        writes.append(
+            _data_graph(source, target, region_, offset, write_empty_chunks, write_order, fresh)
+        )
     if not compute:
         return dask.delayed(_finish, pure=False)(writes, zstore)
     try:
@@ -557,14 +565,13 @@ def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -
             continue  # strings: xarray's own check applies
         if new.kind == old.kind or np.can_cast(new, old, casting="same_kind"):
             continue
-        prefix = f"{group.strip('/')}/" if group and group.strip("/") else ""
         raise WriteError(
             "the data cannot be written into the existing variable without changing "
             "its kind of values",
             expected=f"{old} (or a type that casts to it safely)",
             found=str(new),
             array=str(name),
-            key=f"{prefix}{name}/zarr.json",
+            key=f"{_group_prefix(group)}{name}/zarr.json",
             advice=f"Convert the data first (e.g. ds[{str(name)!r}].astype({str(old)!r})), "
             "or write it to a new variable.",
         )
@@ -580,18 +587,17 @@ def _data_graph(
     source: Any,
     target: Any,
     region: tuple[slice, ...],
+    offset: tuple[int, ...],
     write_empty_chunks: bool | None,
     order: str,
-    mode: str,
-    existing: set[str],
+    fresh: bool,
 ) -> Any:
-    """The delayed write of one dask variable into its zarr array."""
+    """The delayed write of one dask variable into its zarr array (``fresh``: created
+    by this call, so no shard of it exists yet)."""
     from shardwise.metadata import ArrayInfo
     from shardwise.writer import store_dask_array
 
-    offset = _offsets(source, target, region)
     empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
-    fresh = mode == "w" or target.basename not in existing
     if target.metadata.zarr_format == 3 and source.dtype.kind in _FIXED_KINDS:
         info = ArrayInfo.from_metadata(target.metadata, target.path)
         return store_dask_array(
