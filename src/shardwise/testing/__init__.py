@@ -2,10 +2,13 @@
 
 :class:`CountingStore` wraps any zarr-python ``Store`` and records every request, so
 tests and benchmarks can say exactly how many reads and writes a job cost.
+:class:`LatencyStore` adds a fixed delay to every request, the way an object store's
+round trip does, so benchmarks on local disk show what request counts cost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -15,7 +18,7 @@ from typing import Any, Self
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.storage import WrapperStore
 
-__all__ = ["CountingStore", "Request", "RequestLog"]
+__all__ = ["CountingStore", "LatencyStore", "Request", "RequestLog"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +147,75 @@ class CountingStore(WrapperStore[Store]):
     def delete_sync(self, key: str) -> None:
         self.log.add(Request("delete", key))
         super().delete_sync(key)
+
+
+class LatencyStore(WrapperStore[Store]):
+    """Wraps a store and waits ``delay`` seconds (asynchronously, so concurrent requests
+    overlap as they would over a network) before every get, set, delete, existence
+    check and listing. Picklable: copies on dask workers keep the delay."""
+
+    def __init__(self, store: Store, delay: float = 0.02) -> None:
+        super().__init__(store)
+        self.delay = float(delay)
+
+    def _with_store(self, store: Store) -> Self:
+        return type(self)(store, self.delay)
+
+    def __str__(self) -> str:
+        return f"latency{self.delay:g}s-{self._store}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self._store, "delay": self.delay}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["store"], state["delay"])  # type: ignore[misc]
+
+    @property
+    def _supports_sync_io(self) -> bool:
+        return False  # every request goes through the delayed async methods
+
+    async def _wait(self) -> None:
+        await asyncio.sleep(self.delay)
+
+    async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
+        await self._wait()
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: Any, key_ranges: Iterable[tuple[str, ByteRequest | None]]
+    ) -> list[Any]:
+        return list(await asyncio.gather(*(self.get(key, prototype, r) for key, r in key_ranges)))
+
+    def get_ranges(self, key: str, byte_ranges: Any, **kwargs: Any) -> Any:
+        # zarr-python's default, which issues (and so delays) one get per merged range
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        return Store.get_ranges(self, key, byte_ranges, **kwargs)
+
+    async def exists(self, key: str) -> bool:
+        await self._wait()
+        return await self._store.exists(key)
+
+    async def set(self, key: str, value: Any) -> None:
+        await self._wait()
+        await self._store.set(key, value)
+
+    async def set_if_not_exists(self, key: str, value: Any) -> None:
+        await self._wait()
+        await self._store.set_if_not_exists(key, value)
+
+    async def _set_many(self, values: Iterable[tuple[str, Any]]) -> None:
+        await asyncio.gather(*(self.set(k, v) for k, v in values))
+
+    async def delete(self, key: str) -> None:
+        await self._wait()
+        await self._store.delete(key)
+
+    async def list_prefix(self, prefix: str) -> Any:
+        await self._wait()
+        async for key in self._store.list_prefix(prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> Any:
+        await self._wait()
+        async for key in self._store.list_dir(prefix):
+            yield key
