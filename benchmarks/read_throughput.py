@@ -345,6 +345,19 @@ class CpuMeter:
         }
 
 
+def print_cpu(cpu: dict[str, Any] | None) -> None:
+    """Say how much CPU the benchmark and everything else took during the measurements."""
+    if cpu is None:
+        return
+    print(
+        f"CPU during the measurements ({cpu['seconds']:.0f} s, {cpu['cores']} cores): "
+        f"benchmark {cpu['benchmark_cores']:.2f} cores, other processes "
+        f"{cpu['other_cores']:.2f}, hypervisor steal {cpu['steal_cores']:.2f}"
+    )
+    if cpu["other_cores"] + cpu["steal_cores"] > 0.1:
+        print("WARNING: the machine was not idle; the timings above are pessimistic and noisy")
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     ram = None
@@ -458,14 +471,7 @@ def main(argv: list[str] | None = None) -> None:
         cpu = meter.stop()
 
     summary = print_report(results, nbytes, args.size_mib, args.repeats)
-    if cpu is not None:
-        print(
-            f"CPU during the measurements ({cpu['seconds']:.0f} s, {cpu['cores']} cores): "
-            f"benchmark {cpu['benchmark_cores']:.2f} cores, other processes "
-            f"{cpu['other_cores']:.2f}, hypervisor steal {cpu['steal_cores']:.2f}"
-        )
-        if cpu["other_cores"] + cpu["steal_cores"] > 0.1:
-            print("WARNING: the machine was not idle; the timings above are pessimistic and noisy")
+    print_cpu(cpu)
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
     if args.out:

@@ -97,6 +97,7 @@ from read_throughput import (
     array_shape,
     machine,
     make_field,
+    print_cpu,
     timed,
 )
 
@@ -580,14 +581,7 @@ def main(argv: list[str] | None = None) -> None:
 
     summary = print_report(results, sizes, header, args.repeats)
     print()
-    if cpu is not None:
-        print(
-            f"CPU during the measurements ({cpu['seconds']:.0f} s, {cpu['cores']} cores): "
-            f"benchmark {cpu['benchmark_cores']:.2f} cores, other processes "
-            f"{cpu['other_cores']:.2f}, hypervisor steal {cpu['steal_cores']:.2f}"
-        )
-        if cpu["other_cores"] + cpu["steal_cores"] > 0.1:
-            print("WARNING: the machine was not idle; the timings above are pessimistic and noisy")
+    print_cpu(cpu)
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
     if args.out:

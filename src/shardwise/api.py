@@ -386,6 +386,7 @@ def to_zarr(
 
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
+    zarr_format = 3 if zarr_format is None else zarr_format
     if store is None:
         from zarr.storage import MemoryStore
 
@@ -416,7 +417,7 @@ def to_zarr(
         group=group,
         consolidated=consolidated,
         storage_options=storage_options,
-        zarr_format=zarr_format or 3,
+        zarr_format=zarr_format,
         write_empty_chunks=write_empty_chunks,
         mode=mode,  # type: ignore[arg-type]
         append_dim=append_dim,
@@ -456,7 +457,7 @@ def _validate(
     append_dim: Hashable | None,
     region: Any,
     storage_options: Any,
-    zarr_format: int | None,
+    zarr_format: int,
     shards: SizeSpec,
     chunks: SizeSpec,
     write_order: str,
@@ -475,8 +476,6 @@ def _validate(
         )
     _check_spec("shards", shards, set(ds.dims))
     _check_spec("chunks", chunks, set(ds.dims))
-    if zarr_format is None:
-        zarr_format = 3
     if zarr_format == 2 and (
         shards is not None or any(e.get("shards") is not None for e in encoding.values())
     ):
