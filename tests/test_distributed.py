@@ -93,3 +93,28 @@ def test_delayed_write_with_progress(client, tmp_path):
     expected = ds.load().copy(deep=True)
     expected["v"][150:420] *= -1
     xr.testing.assert_identical(xr.open_zarr(path, consolidated=False).load(), expected)
+
+
+@pytest.mark.slow
+def test_fanout_read_on_worker_processes(client, weather_store):
+    """shardwise.open_dataset's graph on worker processes: identical values, one index
+    task per shard, and a selection runs only the tasks of the shards it touches."""
+    import shardwise
+
+    path, _ = weather_store
+    ref = xr.open_dataset(path, engine="zarr", consolidated=False).load()
+    ds = shardwise.open_dataset(
+        path, chunks="inner", consolidated=False, read_options={"index_cache": False}
+    )
+    with distributed.get_task_stream(client) as stream:
+        got = ds.compute()
+    xr.testing.assert_identical(got, ref)
+    prefixes = [t["key"][0] if isinstance(t["key"], tuple) else t["key"] for t in stream.data]
+    index_tasks = [p for p in prefixes if "shardwise-index-" in p]
+    assert len(index_tasks) == 4 + 6  # temperature's shards + precip's shards
+    with distributed.get_task_stream(client) as stream:
+        part = ds.temperature.isel(time=slice(30, 40)).compute()
+    xr.testing.assert_identical(part, ref.temperature.isel(time=slice(30, 40)))
+    keys = [t["key"] for t in stream.data]
+    touched = {k[1] for k in keys if isinstance(k, tuple) and "shardwise-index-" in k[0]}
+    assert touched == {3}, keys  # the last of 4 shards along time

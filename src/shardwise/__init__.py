@@ -1,8 +1,9 @@
 """shardwise: Zarr v3 sharding for dask and xarray.
 
 ``xr.open_dataset(store, engine="shardwise", chunks={})`` reads sharded Zarr v3 stores
-with one dask chunk per shard; ``shardwise.to_zarr(ds, store, ...)`` writes with one
-dask task per shard. The names below load lazily, so importing shardwise (as
+with one dask chunk per shard; ``shardwise.open_dataset(store, chunks=...)`` reads with
+an explicit fan-out graph (one index task per shard, read tasks of whole inner chunks
+below it); ``shardwise.to_zarr(ds, store, ...)`` writes with one dask task per shard. The names below load lazily, so importing shardwise (as
 xarray does when it lists engines) stays light.
 """
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import (
     ChecksumError,
+    ChunksError,
     CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
@@ -24,7 +26,8 @@ from shardwise.errors import (
 )
 
 if TYPE_CHECKING:
-    from shardwise.api import to_zarr
+    from shardwise.api import open_dataset, to_zarr
+    from shardwise.fanout import ChunkRoundingWarning
     from shardwise.metadata import ArrayInfo
     from shardwise.reader import ArrayReader
     from shardwise.storage import (
@@ -40,6 +43,8 @@ __all__ = [
     "ArrayInfo",
     "ArrayReader",
     "ChecksumError",
+    "ChunkRoundingWarning",
+    "ChunksError",
     "CorruptShardError",
     "NotAZarrStoreError",
     "ReadOptions",
@@ -52,6 +57,7 @@ __all__ = [
     "__version__",
     "clear_index_cache",
     "index_cache",
+    "open_dataset",
     "set_index_cache_size",
     "to_zarr",
 ]
@@ -59,6 +65,8 @@ __all__ = [
 _LAZY = {
     "ArrayInfo": "shardwise.metadata",
     "ArrayReader": "shardwise.reader",
+    "ChunkRoundingWarning": "shardwise.fanout",
+    "open_dataset": "shardwise.api",
     "ReadOptions": "shardwise.storage",
     "clear_index_cache": "shardwise.storage",
     "index_cache": "shardwise.storage",

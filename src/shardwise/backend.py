@@ -61,6 +61,8 @@ class _ShardwiseDataStore(AbstractDataStore):
     def __init__(self, zarr_store: Any, options: ReadOptions) -> None:
         self._zarr_store = zarr_store
         self._options = options
+        # variable name -> the reader of its data, filled by get_variables
+        self.readers: dict[str, ArrayReader] = {}
 
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
@@ -78,6 +80,7 @@ class _ShardwiseDataStore(AbstractDataStore):
                 continue
             info = ArrayInfo.from_metadata(zarr_array.metadata, zarr_array.path)
             reader = ArrayReader(zarr_array.store_path.store, info, self._options)
+            self.readers[name] = reader
             encoding = dict(var.encoding)
             encoding["preferred_chunks"] = dict(zip(var.dims, _preferred_chunks(info), strict=True))
             data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
@@ -161,6 +164,35 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
         raise unknown_codec_error(store, group or "", e) from e
 
 
+def open_backend_dataset(
+    filename_or_obj: Any,
+    *,
+    group: str | None,
+    consolidated: bool | None,
+    storage_options: dict[str, Any] | None,
+    zarr_format: int | None,
+    read_options: ReadOptions | Mapping[str, Any] | None,
+    **decode: Any,
+) -> tuple[Dataset, dict[str, ArrayReader]]:
+    """The lazily indexed, CF-decoded Dataset ``engine="shardwise"`` returns, and the
+    reader of each variable shardwise reads (by variable name)."""
+    from xarray.backends.store import StoreBackendEntrypoint
+    from xarray.core.utils import close_on_error
+
+    zarr_store = _open_zarr_stores(
+        filename_or_obj,
+        group=group,
+        many=False,
+        consolidated=consolidated,
+        storage_options=storage_options,
+        zarr_format=zarr_format,
+    )
+    store = _ShardwiseDataStore(zarr_store, _read_options(read_options))
+    with close_on_error(store):
+        ds = StoreBackendEntrypoint().open_dataset(store, **decode)
+    return ds, store.readers
+
+
 class ShardwiseBackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 stores (sharded or not) with shardwise's shard-aware reader.
 
@@ -209,29 +241,22 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> Dataset:
-        from xarray.backends.store import StoreBackendEntrypoint
-        from xarray.core.utils import close_on_error
-
-        zarr_store = _open_zarr_stores(
+        ds, _ = open_backend_dataset(
             filename_or_obj,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            drop_variables=drop_variables,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
             group=group,
-            many=False,
             consolidated=consolidated,
             storage_options=storage_options,
             zarr_format=zarr_format,
+            read_options=read_options,
         )
-        store = _ShardwiseDataStore(zarr_store, _read_options(read_options))
-        with close_on_error(store):
-            return StoreBackendEntrypoint().open_dataset(
-                store,
-                mask_and_scale=mask_and_scale,
-                decode_times=decode_times,
-                concat_characters=concat_characters,
-                decode_coords=decode_coords,
-                drop_variables=drop_variables,
-                use_cftime=use_cftime,
-                decode_timedelta=decode_timedelta,
-            )
+        return ds
 
     def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
         from xarray.backends.common import datatree_from_dict_with_io_cleanup

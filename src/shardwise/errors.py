@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ChecksumError",
+    "ChunksError",
     "CorruptShardError",
     "NotAZarrStoreError",
     "ShardwiseError",
@@ -125,3 +126,8 @@ class WriteError(ShardwiseError, ValueError):
 
 class StoreExistsError(ShardwiseError, FileExistsError):
     """``mode="w-"`` asks for a new dataset where Zarr data already exists."""
+
+
+class ChunksError(ShardwiseError, ValueError):
+    """``shardwise.open_dataset`` was asked for dask chunks it cannot build (an unknown
+    dimension or keyword, sizes that do not add up to the array)."""

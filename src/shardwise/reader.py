@@ -20,7 +20,16 @@ from shardwise.errors import CorruptShardError, NotAZarrStoreError, TruncatedSha
 from shardwise.index import EMPTY
 from shardwise.layout import ReadPlan, Sel, ShardRead
 from shardwise.metadata import ArrayInfo, unknown_codec_error
-from shardwise.storage import IN_FLIGHT, ByteRange, ReadOptions, coalesce, index_cache, store_token
+from shardwise.storage import (
+    ABSENT,
+    IN_FLIGHT,
+    SUPPLIED,
+    ByteRange,
+    ReadOptions,
+    coalesce,
+    index_cache,
+    store_token,
+)
 
 __all__ = ["ArrayReader"]
 
@@ -215,7 +224,14 @@ class ArrayReader:
 
         needed = sorted({c.inner for c in shard_read.chunks})
         cache_key = (self._token, key)
-        table = index_cache().get(cache_key) if opts.index_cache else None
+        supplied = SUPPLIED.get(cache_key)
+        if supplied is ABSENT:
+            return None
+        table: npt.NDArray[np.uint64] | None
+        if isinstance(supplied, np.ndarray):
+            table = supplied
+        else:
+            table = index_cache().get(cache_key) if opts.index_cache else None
         if table is None and len(needed) >= opts.whole_shard_fraction * decoder.index.nchunks:
             whole = await self._get(key, sem)
             if whole is None:
@@ -275,6 +291,26 @@ class ArrayReader:
 
         await asyncio.gather(*(fetch_group(req, members) for req, members in groups))
         return result
+
+    @property
+    def token(self) -> str:
+        """Names this opened array in every process: the first half of the keys of
+        :func:`~shardwise.storage.index_cache` and :data:`~shardwise.storage.SUPPLIED`."""
+        return self._token
+
+    def shard_index(self, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
+        """Read (or take from this process's cache) the decoded index of one shard:
+        ``(offset, nbytes)`` pairs over its inner chunks, or ``None`` when the shard does
+        not exist. One request when not cached."""
+        from zarr.core.sync import sync
+
+        decoder = self.decoder(shard)
+        if not isinstance(decoder, ShardDecoder):
+            raise ValueError(f"array {self.info.name!r} is not sharded: its chunks have no index")
+        key = self.info.key(shard)
+        sem = asyncio.Semaphore(1)
+        table: npt.NDArray[np.uint64] | None = sync(self._load_index(key, decoder, sem))
+        return table
 
     async def _load_index(
         self, key: str, decoder: ShardDecoder, sem: asyncio.Semaphore

@@ -11,7 +11,8 @@ import asyncio
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,8 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ABSENT",
+    "SUPPLIED",
     "ByteRange",
     "IndexCache",
+    "SuppliedIndexes",
     "ReadOptions",
     "clear_index_cache",
     "coalesce",
@@ -199,6 +203,69 @@ def clear_index_cache() -> None:
 def store_token(store: Any) -> str:
     """A string naming a store's location, the same in every process."""
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
+
+
+class _Absent:
+    """The index of a shard that does not exist (every inner chunk is the fill value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+class SuppliedIndexes:
+    """Shard indexes handed to this process by the index tasks of a fan-out read graph.
+
+    A read task supplies the indexes it received for as long as it reads
+    (:meth:`supply`), and the reader takes them from here before it would read an index
+    itself. Unlike :class:`IndexCache` nothing stays behind: an entry lives while some
+    task holds it (counted, so tasks of one shard on several threads share it), and it
+    does not depend on ``ReadOptions.index_cache``. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | _Absent | None:
+        """The supplied index (or :data:`ABSENT`), or ``None`` when none was supplied."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    @contextmanager
+    def supply(self, tables: Mapping[Any, npt.NDArray[np.uint64] | None]) -> Iterator[None]:
+        """Make ``tables`` (cache key -> index, ``None`` for a missing shard) visible to
+        readers in this process until the block ends."""
+        with self._lock:
+            for key, table in tables.items():
+                entry = self._entries.get(key)
+                if entry is None:
+                    self._entries[key] = [ABSENT if table is None else table, 1]
+                else:
+                    entry[1] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for key in tables:
+                    entry = self._entries[key]
+                    entry[1] -= 1
+                    if entry[1] == 0:
+                        del self._entries[key]
+
+
+SUPPLIED = SuppliedIndexes()
 
 
 class InFlight:

@@ -1,0 +1,321 @@
+"""The fan-out read graph: one index task per shard, read tasks below it.
+
+For one array, :func:`fanout_array` builds a dask array whose graph has
+
+- ``shardwise-index-<token>``: one task per shard, reading the shard's index (one small
+  request, or none when this process has it cached); its result, the decoded index, is
+  a few kilobytes and is handed to every read task of the shard, on any worker;
+- ``shardwise-read-<name>-<token>``: one task per dask chunk, ``getter(source, region)``
+  as in :func:`dask.array.from_array`, where ``source`` is the variable's lazily decoded
+  array with the indexes of the shards the chunk touches supplied to the reader. The
+  reader then asks only for coalesced byte ranges of the inner chunks it needs.
+
+Because read tasks are dask ``getter`` tasks, dask's optimizer fuses a later slice
+(``ds.isel(time=slice(0, 5))``) into the read, and culls the index tasks of shards no
+chunk needs: a selection reads only the shards, indexes and inner chunks it touches.
+
+Dask chunks are groupings of whole inner chunks: :func:`block_sizes` rounds requested
+sizes to inner-chunk boundaries, with a :class:`ChunkRoundingWarning` when it has to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.errors import ChunksError
+from shardwise.storage import SUPPLIED
+
+if TYPE_CHECKING:
+    from shardwise.layout import DimGrid
+    from shardwise.reader import ArrayReader
+
+__all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array"]
+
+# what one dimension's chunks may be asked as
+DimChunks = int | str | tuple[int, ...] | None
+
+
+class ChunkRoundingWarning(UserWarning):
+    """Requested dask chunks cut inner chunks and were moved to inner-chunk boundaries."""
+
+
+def _boundaries(dim: DimGrid, unit: str) -> list[int]:
+    """Positions along a dimension where a shard (``unit="shards"``) or an inner chunk
+    (``unit="inner"``) starts, plus the extent; clipped to the extent."""
+    out = [0]
+    for shard in range(dim.nshards):
+        start = dim.shard_start(shard)
+        step = dim.shard_size(shard) if unit == "shards" else dim.inner_size(shard)
+        stop = min(start + dim.shard_size(shard), dim.extent)
+        out.extend(range(start + step, stop, step))
+        out.append(stop)
+    return out
+
+
+def _snap(wanted: Sequence[int], allowed: Sequence[int]) -> list[int]:
+    """Move each wanted boundary to the nearest allowed one (ties go up); keep 0 and
+    the extent, drop duplicates."""
+    grid = np.asarray(allowed, dtype=np.int64)
+    out = [0]
+    for b in wanted[1:-1]:
+        i = int(np.searchsorted(grid, b))
+        lo, hi = int(grid[max(i - 1, 0)]), int(grid[min(i, len(grid) - 1)])
+        snapped = lo if b - lo < hi - b else hi
+        if out[-1] < snapped < allowed[-1]:
+            out.append(snapped)
+    out.append(int(allowed[-1]))
+    return out
+
+
+def block_sizes(
+    reader: ArrayReader,
+    dims: Sequence[Hashable],
+    chunks: str | Mapping[Hashable, DimChunks],
+    *,
+    name: str = "",
+    target_bytes: int | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """Dask chunk sizes for one array, along whole inner chunks.
+
+    ``chunks`` is ``"shards"`` (one chunk per shard), ``"inner"`` (one per inner chunk),
+    ``"auto"`` (whole inner chunks or shards toward ``target_bytes``, by default dask's
+    ``array.chunk-size``), or a mapping from dimension name to one of those, an int size,
+    a tuple of sizes, ``-1`` (the whole dimension) or ``None`` (shards). Dimensions the
+    mapping leaves out get one chunk per shard. Sizes that cut inner chunks are moved to
+    the nearest inner-chunk boundary, with a :class:`ChunkRoundingWarning`.
+    """
+    import dask
+    from dask.utils import parse_bytes
+
+    layout = reader.info.layout
+    if isinstance(chunks, str):
+        per_dim: list[DimChunks] = [chunks] * layout.ndim
+    elif isinstance(chunks, Mapping):
+        # dimensions the array does not have are someone else's (open_dataset checks them)
+        per_dim = [chunks.get(d) for d in dims]
+    else:
+        raise ChunksError(
+            "unknown chunks",
+            expected='"shards", "inner", "auto" or a dict by dimension name',
+            found=repr(chunks),
+            array=name or None,
+        )
+    if target_bytes is None:
+        target_bytes = int(parse_bytes(dask.config.get("array.chunk-size")))
+
+    bounds_of: dict[int, list[int]] = {}
+    auto: list[int] = []
+    moved: list[str] = []
+    for axis, (dim, want) in enumerate(zip(layout.dims, per_dim, strict=True)):
+        inner = _boundaries(dim, "inner")
+        if dim.extent == 0:
+            bounds_of[axis] = [0, 0]
+        elif want is None or want == "shards":
+            bounds_of[axis] = _boundaries(dim, "shards")
+        elif want == "inner":
+            bounds_of[axis] = inner
+        elif want == "auto":
+            auto.append(axis)
+        elif isinstance(want, int | np.integer) and not isinstance(want, bool):
+            size = dim.extent if want == -1 else int(want)
+            if size < 1:
+                raise ChunksError(
+                    f"bad chunk size along {dims[axis]!r}",
+                    expected="a size >= 1, or -1 for the whole dimension",
+                    found=repr(want),
+                    array=name or None,
+                )
+            # inner chunks divide every shard, so multiples of the inner size are
+            # inner-chunk boundaries: round the size to the nearest multiple
+            if size >= dim.extent:  # one chunk reaches the array's end: nothing is cut
+                bounds_of[axis] = [0, dim.extent]
+            elif dim.inner is not None or dim.regular:
+                unit = dim.inner_size(0)
+                rounded = size
+                if size % unit:
+                    rounded = min(max(unit, round(size / unit) * unit), dim.extent)
+                bounds_of[axis] = [*range(0, dim.extent, rounded), dim.extent]
+                if rounded != size:
+                    moved.append(f"{dims[axis]}: {size} -> {rounded}")
+            else:  # chunks of an unsharded rectilinear grid
+                wanted = [*range(0, dim.extent, size), dim.extent]
+                bounds_of[axis] = _snap(wanted, inner)
+                if bounds_of[axis] != wanted:
+                    moved.append(f"{dims[axis]}: {size} -> {_describe(bounds_of[axis])}")
+        elif isinstance(want, tuple | list):
+            sizes = [int(s) for s in want]
+            if sum(sizes) != dim.extent or any(s < 1 for s in sizes):
+                raise ChunksError(
+                    f"bad chunk sizes along {dims[axis]!r}",
+                    expected=f"sizes >= 1 adding up to the dimension's length {dim.extent}",
+                    found=f"{tuple(sizes)} (adding up to {sum(sizes)})",
+                    array=name or None,
+                )
+            wanted = [0, *itertools.accumulate(sizes)]
+            bounds_of[axis] = _snap(wanted, inner)
+            if bounds_of[axis] != wanted:
+                moved.append(f"{dims[axis]}: {tuple(sizes)} -> {_describe(bounds_of[axis])}")
+        else:
+            raise ChunksError(
+                f"unknown chunks along {dims[axis]!r}",
+                expected='"shards", "inner", "auto", an int, a tuple of ints, -1 or None',
+                found=repr(want),
+                array=name or None,
+            )
+    if auto:
+        _auto_bounds(reader, bounds_of, auto, target_bytes)
+    out = [
+        tuple(int(b - a) for a, b in itertools.pairwise(bounds_of[axis]))
+        for axis in range(layout.ndim)
+    ]
+    if moved:
+        inner_shape = tuple(d.inner if d.inner is not None else d.shards for d in layout.dims)
+        warnings.warn(
+            f"dask chunks of {name or 'the array'} must hold whole inner chunks "
+            f"(inner chunk shape {inner_shape}); moved them to inner-chunk boundaries: "
+            + "; ".join(moved),
+            ChunkRoundingWarning,
+            stacklevel=3,
+        )
+    return tuple(out)
+
+
+def _auto_bounds(
+    reader: ArrayReader, bounds_of: dict[int, list[int]], auto: list[int], target: int
+) -> None:
+    """Fill in the ``auto`` axes of ``bounds_of`` with dask's automatic chunking toward
+    ``target`` bytes: multiples of the shard shape when a shard is no bigger than the
+    target, else multiples of the inner chunk shape; then on inner-chunk boundaries."""
+    from dask.array.core import normalize_chunks
+
+    layout = reader.info.layout
+    if 0 in layout.shape:  # an empty array: one chunk along each dimension
+        for axis in auto:
+            bounds_of[axis] = [0, layout.shape[axis]]
+        return
+
+    def nominal(dim: DimGrid, size: int | tuple[int, ...]) -> int:
+        return min(size if isinstance(size, int) else max(size), max(dim.extent, 1))
+
+    shard = tuple(nominal(d, d.shards) for d in layout.dims)
+    inner = tuple(nominal(d, d.inner if d.inner is not None else d.shards) for d in layout.dims)
+    unit = shard if int(np.prod(shard)) * reader.dtype.itemsize <= target else inner
+    spec = tuple(
+        "auto" if axis in auto else tuple(b - a for a, b in itertools.pairwise(bounds_of[axis]))
+        for axis in range(layout.ndim)
+    )
+    sizes = normalize_chunks(
+        spec, layout.shape, limit=target, dtype=reader.dtype, previous_chunks=unit
+    )
+    for axis in auto:
+        wanted = [0, *itertools.accumulate(sizes[axis])]
+        bounds_of[axis] = _snap(wanted, _boundaries(layout.dims[axis], "inner"))
+
+
+def _describe(bounds: Sequence[int]) -> str:
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    if len(set(sizes[:-1])) <= 1:
+        return f"{sizes[0]}" if len(set(sizes)) == 1 else f"{sizes[0]} (last {sizes[-1]})"
+    return str(tuple(sizes))
+
+
+class ShardSource:
+    """What a read task indexes: an array (the variable's lazily decoded data) read
+    while the shard indexes of its index tasks are supplied to this process."""
+
+    __slots__ = ("array", "tables")
+
+    def __init__(
+        self,
+        array: Any,
+        token: str,
+        keys: Sequence[str],
+        *tables: npt.NDArray[np.uint64] | None,
+    ) -> None:
+        self.array = array
+        self.tables = {(token, k): t for k, t in zip(keys, tables, strict=True)}
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        with SUPPLIED.supply(self.tables):
+            return np.asarray(self.array[key])
+
+
+def _read_index(reader: ArrayReader, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
+    return reader.shard_index(shard)
+
+
+def fanout_array(
+    reader: ArrayReader,
+    source: Any,
+    chunks: tuple[tuple[int, ...], ...],
+    *,
+    name: str,
+    dtype: np.dtype[Any],
+) -> Any:
+    """A dask array of ``source`` (indexable like the array ``reader`` reads, e.g. its
+    CF-decoded xarray wrapper) with the fan-out graph described in the module docstring.
+    ``chunks`` must hold whole inner chunks (see :func:`block_sizes`)."""
+    import dask.array as da
+    from dask._task_spec import Task, TaskRef
+    from dask.array.core import getter
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    layout = reader.info.layout
+    sharded = layout.sharded
+    token = tokenize(reader.token, name, chunks)
+    read_name = f"shardwise-read-{name}-{token}"
+    index_name = f"shardwise-index-{token}"
+    original = f"original-{read_name}"
+    reader_key = f"reader-{read_name}"
+
+    starts = [[0, *itertools.accumulate(c)] for c in chunks]
+    index_layer: dict[Any, Any] = {}
+    read_layer: dict[Any, Any] = {}
+    for block in itertools.product(*(range(len(c)) for c in chunks)):
+        region = tuple(slice(starts[d][i], starts[d][i + 1]) for d, i in enumerate(block))
+        key: Any = (read_name, *block)
+        if not sharded or any(r.stop == r.start for r in region):
+            read_layer[key] = Task(key, getter, TaskRef(original), region)
+            continue
+        shards = list(
+            itertools.product(
+                *(
+                    dim.shard_range(r.start, r.stop - 1)
+                    for dim, r in zip(layout.dims, region, strict=True)
+                )
+            )
+        )
+        refs = []
+        for shard in shards:
+            ikey: Any = (index_name, *shard)
+            if ikey not in index_layer:
+                index_layer[ikey] = Task(ikey, _read_index, TaskRef(reader_key), shard)
+            refs.append(TaskRef(ikey))
+        src = Task(
+            None,
+            ShardSource,
+            TaskRef(original),
+            reader.token,
+            [reader.info.key(s) for s in shards],
+            *refs,
+        )
+        read_layer[key] = Task(key, getter, src, region)
+
+    layers: dict[str, Any] = {original: {original: source}, read_name: read_layer}
+    deps: dict[str, set[str]] = {original: set(), read_name: {original}}
+    if index_layer:
+        layers[reader_key] = {reader_key: reader}
+        layers[index_name] = index_layer
+        deps[reader_key] = set()
+        deps[index_name] = {reader_key}
+        deps[read_name].add(index_name)
+    graph = HighLevelGraph(layers, deps)
+    meta = np.empty((0,) * len(chunks), dtype=dtype)
+    return da.Array(graph, read_name, chunks, meta=meta)
