@@ -167,14 +167,33 @@ def test_graph_has_one_index_task_per_shard(weather_store):
         shard_deps = [d for d in dep if d[0].startswith("shardwise-index-")]
         assert len(shard_deps) == 1
         assert shard_deps[0][1] == key[1] // 2  # inner chunk row -> its shard
-    # a chunk spanning two shards depends on both index tasks
-    two = shardwise.open_dataset(
-        path, chunks={"time": 20}, drop_variables=["precip"], consolidated=False
+    # only shards that several chunks share get an index task: with chunks of 15 rows
+    # (shards of 10) shard 1 (rows 10..19) is shared by chunks 0 and 1, the others not
+    mixed = shardwise.open_dataset(
+        path, chunks={"time": 15}, drop_variables=["precip"], consolidated=False
     ).temperature.data
-    graph = dict(two.__dask_graph__())
-    for key in layer_tasks(two, "shardwise-read-temperature-"):
-        shard_deps = sorted(d for d in graph[key].dependencies if "shardwise-index-" in d[0])
-        assert [d[1] for d in shard_deps] == [2 * key[1], 2 * key[1] + 1]
+    assert mixed.chunks[0] == (15, 15, 10)
+    assert [k[1:] for k in layer_tasks(mixed, "shardwise-index-")] == [(1, 0, 0)]
+    graph = dict(mixed.__dask_graph__())
+    shard_deps = {
+        key[1]: sorted(d[1] for d in graph[key].dependencies if "shardwise-index-" in d[0])
+        for key in layer_tasks(mixed, "shardwise-read-temperature-")
+    }
+    assert shard_deps == {0: [1], 1: [1], 2: []}
+    np.testing.assert_array_equal(mixed.compute(), reference(path).temperature.values)
+
+
+def test_chunks_of_whole_shards_need_no_index_tasks(weather_store):
+    """One read task per shard reads it as the engine does: one request per shard."""
+    path, _ = weather_store
+    store = counted_store(path)
+    ds = open_fanout(store)
+    assert not layer_tasks(ds.temperature.data, "shardwise-index-")
+    shardwise.clear_index_cache()
+    ds.temperature.compute(scheduler="threads")
+    assert sorted((r.key, r.byte_range) for r in store.log.gets()) == [
+        (f"temperature/c/{i}/0/0", "whole") for i in range(4)
+    ]
 
 
 @pytest.mark.parametrize("index_cache", [True, False])
@@ -196,22 +215,30 @@ def test_one_index_read_per_shard_per_job(weather_store, index_cache):
         assert all(r.byte_range.startswith(("[", "last ")) for r in data), data
 
 
-def test_slicing_reads_only_what_the_selection_needs(weather_store):
+@pytest.mark.parametrize(
+    ("chunks", "read_block", "index_tasks"),
+    [("shards", (1, 0, 0), []), ({"time": 5}, (2, 0, 0), [(1, 0, 0)])],
+)
+def test_slicing_reads_only_what_the_selection_needs(
+    weather_store, chunks, read_block, index_tasks
+):
     path, _ = weather_store
     store = counted_store(path)
-    ds = open_fanout(store, read_options={"coalesce_gap": 0})  # one dask chunk per shard
-    sub = ds.temperature.isel(time=slice(11, 14), y=slice(0, 8))  # shard 1, inner (0|1, 0, *)
+    ds = open_fanout(
+        store, chunks=chunks, drop_variables=["precip"], read_options={"coalesce_gap": 0}
+    )
+    sub = ds.temperature.isel(time=slice(11, 14), y=slice(0, 8))  # shard 1, inner (0, 0, *)
 
-    # the graph, culled: the index task and read task of shard 1 only
+    # the graph, culled: one read task, and the index task of shard 1 where it has one
     arr = sub.data
     culled = dict(arr.__dask_graph__().cull(set(flatten(arr.__dask_keys__()))))
-    assert [k[1:] for k in culled if k[0].startswith("shardwise-index-")] == [(1, 0, 0)]
-    assert [k[1:] for k in culled if k[0].startswith("shardwise-read-")] == [(1, 0, 0)]
-    # optimized: dask fused the slice into the read task (one getter, the shard's region
-    # narrowed to the selection) and the index task is still there for shard 1 only
+    assert [k[1:] for k in culled if k[0].startswith("shardwise-index-")] == index_tasks
+    assert [k[1:] for k in culled if k[0].startswith("shardwise-read-")] == [read_block]
+    # optimized: dask fused the slice into the read task (one getter, its region narrowed
+    # to the selection); any index task left is shard 1's
     optimized = dict(arr.__dask_optimize__(arr.__dask_graph__(), arr.__dask_keys__()))
     indexed = [k for k in optimized if "shardwise-index-" in str(k)]
-    assert indexed and all(k[1:] == (1, 0, 0) for k in indexed), indexed
+    assert all(k[1:] == (1, 0, 0) for k in indexed), indexed
 
     shardwise.clear_index_cache()
     got = sub.compute(scheduler="threads")

@@ -2,13 +2,17 @@
 
 For one array, :func:`fanout_array` builds a dask array whose graph has
 
-- ``shardwise-index-<token>``: one task per shard, reading the shard's index (one small
-  request, or none when this process has it cached); its result, the decoded index, is
-  a few kilobytes and is handed to every read task of the shard, on any worker;
+- ``shardwise-index-<token>``: one task per shard that several dask chunks share,
+  reading the shard's index (one small request, or none when this process has it
+  cached); its result, the decoded index, is a few kilobytes and is handed to every read
+  task of the shard, on any worker;
 - ``shardwise-read-<name>-<token>``: one task per dask chunk, ``getter(source, region)``
   as in :func:`dask.array.from_array`, where ``source`` is the variable's lazily decoded
-  array with the indexes of the shards the chunk touches supplied to the reader. The
-  reader then asks only for coalesced byte ranges of the inner chunks it needs.
+  array with the indexes of the shared shards the chunk touches supplied to the reader.
+  The reader then asks only for coalesced byte ranges of the inner chunks it needs. A
+  shard that only one dask chunk touches (``chunks="shards"``) needs no index task: its
+  read task reads it as the engine does, the whole object in one request when it wants
+  most of it, else the index and then coalesced ranges.
 
 Because read tasks are dask ``getter`` tasks, dask's optimizer fuses a later slice
 (``ds.isel(time=slice(0, 5))``) into the read, and culls the index tasks of shards no
@@ -276,15 +280,17 @@ def fanout_array(
     reader_key = f"reader-{read_name}"
 
     starts = [[0, *itertools.accumulate(c)] for c in chunks]
-    index_layer: dict[Any, Any] = {}
-    read_layer: dict[Any, Any] = {}
+    regions: dict[Any, tuple[slice, ...]] = {}
+    shards_of: dict[Any, list[tuple[int, ...]]] = {}
+    readers_of: dict[tuple[int, ...], int] = {}  # shard -> number of read tasks
     for block in itertools.product(*(range(len(c)) for c in chunks)):
         region = tuple(slice(starts[d][i], starts[d][i + 1]) for d, i in enumerate(block))
         key: Any = (read_name, *block)
+        regions[key] = region
         if not sharded or any(r.stop == r.start for r in region):
-            read_layer[key] = Task(key, getter, TaskRef(original), region)
+            shards_of[key] = []
             continue
-        shards = list(
+        shards_of[key] = list(
             itertools.product(
                 *(
                     dim.shard_range(r.start, r.stop - 1)
@@ -292,8 +298,20 @@ def fanout_array(
                 )
             )
         )
+        for shard in shards_of[key]:
+            readers_of[shard] = readers_of.get(shard, 0) + 1
+
+    index_layer: dict[Any, Any] = {}
+    read_layer: dict[Any, Any] = {}
+    for key, region in regions.items():
+        # a shard only this task reads needs no index task: the task reads it itself,
+        # the whole object in one request when it wants most of it
+        shared = [s for s in shards_of[key] if readers_of[s] > 1]
+        if not shared:
+            read_layer[key] = Task(key, getter, TaskRef(original), region)
+            continue
         refs = []
-        for shard in shards:
+        for shard in shared:
             ikey: Any = (index_name, *shard)
             if ikey not in index_layer:
                 index_layer[ikey] = Task(ikey, _read_index, TaskRef(reader_key), shard)
@@ -303,7 +321,7 @@ def fanout_array(
             ShardSource,
             TaskRef(original),
             reader.token,
-            [reader.info.key(s) for s in shards],
+            [reader.info.key(s) for s in shared],
             *refs,
         )
         read_layer[key] = Task(key, getter, src, region)

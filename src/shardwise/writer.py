@@ -19,6 +19,7 @@ shard. The plan (:class:`WritePlan`) is a pure value, built without I/O.
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -383,8 +384,18 @@ def store_dask_array(
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     plan = plan_write(info.layout, source.chunks, offset)
     target = _Target(store, info, write_empty_chunks=write_empty_chunks, order=order, fresh=fresh)
+    # every write is its own action: two writes must never share dask keys (a store's
+    # name need not say which endpoint or account it reaches, so two stores of one name
+    # would otherwise get one write when computed together)
     token = tokenize(
-        source, store_token(store), info.path, plan.offset, write_empty_chunks, order, fresh
+        source,
+        store_token(store),
+        uuid.uuid4().hex,
+        info.path,
+        plan.offset,
+        write_empty_chunks,
+        order,
+        fresh,
     )
     blocks = source.to_delayed()
     gathered: dict[tuple[int, ...], list[tuple[int, ...]]] = {}

@@ -1,0 +1,316 @@
+"""A real S3 HTTP endpoint for tests: moto's server in a subprocess on 127.0.0.1.
+
+:class:`S3Server` starts ``python -m moto.server`` on a free port and keeps two logs of
+what the endpoint was asked, both in a temporary folder:
+
+- werkzeug's access log (the server's stderr): one line per request with its method,
+  path and status, e.g. ``"GET /bucket/data.zarr/v/c/0/0 HTTP/1.1" 206 -``
+  (:meth:`S3Server.hits`);
+- moto's request recorder (``MOTO_ENABLE_RECORDING``): every request with its headers,
+  which tells a suffix-range GET (``Range: bytes=-N``) from any other
+  (:meth:`S3Server.recorded`).
+
+Both are written before the response goes out, so once a client call has returned its
+requests are in the files. :meth:`S3Server.mark` takes the position of both logs, so a
+test can count only the requests made after it.
+
+:func:`isolated_aws_environment` points the AWS variables at the server (and a config
+file that does not exist), so nothing falls back to the user's credentials or to AWS;
+every client is also given the endpoint and credentials explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+KEY = "testing"
+SECRET = "testing"
+REGION = "us-east-1"
+
+# werkzeug colours the request of some statuses (404, 4xx, 5xx) with ANSI escapes
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<target>\S+) HTTP/[0-9.]+" (?P<status>\d{3}) ')
+
+
+def _split(target: str) -> tuple[str, str, str]:
+    """(bucket, key, query) of a request target such as ``/bucket/a/b?x=1``."""
+    parts = urlsplit(target)
+    path = unquote(parts.path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    return bucket, key, parts.query
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One request as the endpoint's access log shows it."""
+
+    method: str
+    bucket: str
+    key: str  # the object key ("" for a bucket-level request such as a listing)
+    query: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One request as moto's recorder saw it: with its Range header."""
+
+    method: str
+    bucket: str
+    key: str
+    query: str
+    range: str | None  # the Range header, e.g. "bytes=-132" or "bytes=0-746"
+
+    @property
+    def suffix(self) -> int | None:
+        """N of a suffix range ``bytes=-N``, else None."""
+        if self.range and (m := re.fullmatch(r"bytes=-(\d+)", self.range)):
+            return int(m.group(1))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Positions in the server's two logs."""
+
+    access: int
+    recording: int
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@contextlib.contextmanager
+def isolated_aws_environment(endpoint: str, home: Path) -> Iterator[None]:
+    """Every ``AWS_*`` variable removed, then set to the test endpoint and credentials;
+    no config or credentials file, no instance metadata, no proxy for 127.0.0.1.
+    Restored afterwards (worker processes started meanwhile inherit it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.upper().startswith("AWS_"):
+                mp.delenv(name)
+        settings = {
+            "AWS_ACCESS_KEY_ID": KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ENDPOINT": endpoint,  # obstore's name for it
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": str(home / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-aws-credentials"),
+        }
+        for name, value in settings.items():
+            mp.setenv(name, value)
+        for name in ("NO_PROXY", "no_proxy"):
+            old = os.environ.get(name)
+            mp.setenv(name, f"{old},127.0.0.1,localhost" if old else "127.0.0.1,localhost")
+        yield
+
+
+def close_s3fs_sessions() -> None:
+    """Close and forget every cached s3fs filesystem.
+
+    zarr-python's ``FsspecStore`` makes ``asynchronous=True`` filesystems and never
+    closes them, and s3fs registers no finalizer for those, so their aiohttp sessions
+    would be reported unclosed (a ResourceWarning, an error here) when garbage
+    collected. The sessions live on zarr-python's I/O loop; they are closed there."""
+    import s3fs
+    from zarr.core.sync import sync
+
+    for fs in list(s3fs.S3FileSystem._cache.values()):
+        creator = getattr(fs, "_s3creator", None)
+        if fs.asynchronous and creator is not None:
+            sync(creator.__aexit__(None, None, None))
+            fs._s3 = fs._s3creator = None
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+class S3Server:
+    """moto's S3 server in a subprocess on 127.0.0.1; a context manager."""
+
+    def __init__(self, workdir: Path, *, startup_timeout: float = 30.0) -> None:
+        self.workdir = Path(workdir)
+        self.access_log = self.workdir / "access.log"
+        self.recording = self.workdir / "recording.jsonl"
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._boto3: Any = None
+
+    # -- process -------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        for attempt in range(3):  # the free port may be taken before the server binds it
+            self.port = free_port()
+            env = {
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "MOTO_ENABLE_RECORDING": "True",
+                "MOTO_RECORDER_FILEPATH": str(self.recording),
+            }
+            self.recording.write_text("")
+            with self.access_log.open("wb") as log:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=env,
+                )
+            if self._wait_until_up():
+                return
+            self.stop()
+            if attempt == 2:
+                break
+        raise RuntimeError(
+            f"moto's S3 server did not start; its log:\n{self.access_log.read_text()}"
+        )
+
+    def _wait_until_up(self) -> bool:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            try:
+                with _NO_PROXY.open(f"{self.endpoint}/moto-api/", timeout=1) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self._boto3 is not None:
+            self._boto3.close()
+            self._boto3 = None
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> S3Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- buckets and clients -------------------------------------------------------------
+    def boto3(self) -> Any:
+        if self._boto3 is None:
+            import boto3
+
+            self._boto3 = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=KEY,
+                aws_secret_access_key=SECRET,
+                region_name=REGION,
+            )
+        return self._boto3
+
+    def new_bucket(self) -> str:
+        name = f"shardwise-{uuid.uuid4().hex[:12]}"
+        self.boto3().create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str, prefix: str = "") -> set[str]:
+        """The objects in a bucket under ``prefix``, as the endpoint lists them."""
+        out: set[str] = set()
+        pages = self.boto3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            out.update(o["Key"] for o in page.get("Contents", []))
+        return out
+
+    def storage_options(self, **extra: Any) -> dict[str, Any]:
+        """fsspec/s3fs options for ``s3://`` URLs on this endpoint."""
+        return {
+            "endpoint_url": self.endpoint,
+            "key": KEY,
+            "secret": SECRET,
+            "client_kwargs": {"region_name": REGION},
+            **extra,
+        }
+
+    def obstore(self, bucket: str, prefix: str | None = None) -> Any:
+        """A zarr-python ``ObjectStore`` over obstore's ``S3Store`` on this endpoint."""
+        from obstore.store import S3Store
+        from zarr.storage import ObjectStore
+
+        s3 = S3Store(
+            bucket,
+            prefix=prefix,
+            endpoint=self.endpoint,
+            access_key_id=KEY,
+            secret_access_key=SECRET,
+            region=REGION,
+            virtual_hosted_style_request=False,  # path style: http://host:port/bucket/key
+            skip_signature=False,
+            client_options={"allow_http": True},
+        )
+        return ObjectStore(s3)
+
+    # -- the logs ------------------------------------------------------------------------
+    def mark(self) -> Mark:
+        return Mark(self.access_log.stat().st_size, self.recording.stat().st_size)
+
+    def hits(self, since: Mark | None = None) -> list[Hit]:
+        """Requests in the access log (after ``since``)."""
+        with self.access_log.open("rb") as f:
+            f.seek(since.access if since else 0)
+            text = f.read().decode("utf-8", "replace")
+        out = []
+        for line in _ANSI.sub("", text).splitlines():
+            m = _ACCESS.search(line)
+            if m is None:
+                continue
+            bucket, key, query = _split(m["target"])
+            out.append(Hit(m["method"], bucket, key, query, int(m["status"])))
+        return out
+
+    def recorded(self, since: Mark | None = None) -> list[Recorded]:
+        """Requests in moto's recording (after ``since``), with their Range headers."""
+        with self.recording.open("rb") as f:
+            f.seek(since.recording if since else 0)
+            lines = f.read().decode().splitlines()
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            headers = {k.lower(): v for k, v in entry["headers"].items()}
+            url = urlsplit(entry["url"])
+            bucket, key, query = _split(f"{url.path}?{url.query}")
+            out.append(Recorded(entry["method"], bucket, key, query, headers.get("range")))
+        return out
