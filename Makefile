@@ -31,6 +31,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python benchmarks/read_throughput.py
 	$(BIN)/python benchmarks/write_throughput.py
+	$(BIN)/python benchmarks/read_fanout.py
 
 clean:
 	rm -rf $(VENV) demo-data benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis
