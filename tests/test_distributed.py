@@ -16,9 +16,7 @@ def client():
             n_workers=2,
             threads_per_worker=2,
             processes=True,
-            # None would still serve the scheduler's HTTP routes on port 8787, which a
-            # shared machine may have taken
-            dashboard_address="127.0.0.1:0",
+            dashboard_address=None,
             worker_dashboard_address=None,
         ) as cluster,
         distributed.Client(cluster) as client,
