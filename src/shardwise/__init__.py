@@ -17,6 +17,7 @@ from shardwise.errors import (
     ChunksError,
     CorruptShardError,
     NotAZarrStoreError,
+    RegionConflictError,
     ShardwiseError,
     StoreExistsError,
     TruncatedShardError,
@@ -28,8 +29,10 @@ from shardwise.errors import (
 if TYPE_CHECKING:
     from shardwise.api import open_dataset, to_zarr
     from shardwise.fanout import ChunkRoundingWarning
+    from shardwise.integrity import VerifyReport, verify
     from shardwise.metadata import ArrayInfo
     from shardwise.reader import ArrayReader
+    from shardwise.regions import check_regions, shared_shards
     from shardwise.storage import (
         ReadOptions,
         clear_index_cache,
@@ -48,30 +51,39 @@ __all__ = [
     "CorruptShardError",
     "NotAZarrStoreError",
     "ReadOptions",
+    "RegionConflictError",
     "ShardwiseError",
     "StoreExistsError",
     "TruncatedShardError",
     "UnsupportedArrayError",
     "UnsupportedCodecError",
+    "VerifyReport",
     "WriteError",
     "__version__",
+    "check_regions",
     "clear_index_cache",
     "index_cache",
     "open_dataset",
     "set_index_cache_size",
+    "shared_shards",
     "to_zarr",
+    "verify",
 ]
 
 _LAZY = {
     "ArrayInfo": "shardwise.metadata",
     "ArrayReader": "shardwise.reader",
     "ChunkRoundingWarning": "shardwise.fanout",
+    "check_regions": "shardwise.regions",
+    "shared_shards": "shardwise.regions",
     "open_dataset": "shardwise.api",
     "ReadOptions": "shardwise.storage",
     "clear_index_cache": "shardwise.storage",
     "index_cache": "shardwise.storage",
     "set_index_cache_size": "shardwise.storage",
     "to_zarr": "shardwise.api",
+    "VerifyReport": "shardwise.integrity",
+    "verify": "shardwise.integrity",
 }
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "ChunksError",
     "CorruptShardError",
     "NotAZarrStoreError",
+    "RegionConflictError",
     "ShardwiseError",
     "StoreExistsError",
     "TruncatedShardError",
@@ -131,3 +132,8 @@ class StoreExistsError(ShardwiseError, FileExistsError):
 class ChunksError(ShardwiseError, ValueError):
     """``shardwise.open_dataset`` was asked for dask chunks it cannot build (an unknown
     dimension or keyword, sizes that do not add up to the array)."""
+
+
+class RegionConflictError(ShardwiseError, ValueError):
+    """Region writes meant for separate jobs would write the same shard
+    (``shardwise.check_regions``)."""

@@ -23,8 +23,8 @@ __all__ = ["CountingStore", "LatencyStore", "Request", "RequestLog"]
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One store call: ``op`` is "get", "set" or "delete"; ``byte_range`` describes a
-    ranged read ("whole", "[a, b)", "last n", "from a")."""
+    """One store call: ``op`` is "get", "set", "delete" or "size" (``getsize``);
+    ``byte_range`` describes a ranged read ("whole", "[a, b)", "last n", "from a")."""
 
     op: str
     key: str
@@ -124,6 +124,12 @@ class CountingStore(WrapperStore[Store]):
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         return Store.get_ranges(self, key, byte_ranges, **kwargs)
 
+    async def getsize(self, key: str) -> int:
+        # the wrapped store's own (a stat, a HEAD), not zarr-python's default of
+        # reading the whole value
+        self.log.add(Request("size", key))
+        return await self._store.getsize(key)
+
     async def set(self, key: str, value: Any) -> None:
         self.log.add(Request("set", key))
         await self._store.set(key, value)
@@ -194,6 +200,10 @@ class LatencyStore(WrapperStore[Store]):
     async def exists(self, key: str) -> bool:
         await self._wait()
         return await self._store.exists(key)
+
+    async def getsize(self, key: str) -> int:
+        await self._wait()
+        return await self._store.getsize(key)
 
     async def set(self, key: str, value: Any) -> None:
         await self._wait()

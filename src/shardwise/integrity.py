@@ -1,0 +1,266 @@
+"""``shardwise.verify``: check every shard of a store, report the bad ones.
+
+For each Zarr v3 array under a group, every stored shard (found by listing the array's
+keys, so missing shards cost nothing) is checked with as few bytes as the checks need:
+
+- the shard index: its size, its crc32c (when the index codecs have one), and every
+  entry against the shard's size (inside the object, outside the index, no overlaps);
+- inner chunks whose codecs end in ``crc32c``: each checksum, without decompressing;
+- with ``decode=True``: every inner chunk decoded (catches damaged compressed data that
+  no checksum protects).
+
+When only the index needs checking, a shard costs its size and one ranged read of its
+index; otherwise one read of the whole object. From a shell: ``python -m shardwise
+verify PATH [--group G] [--decode]``; the exit status is 1 when anything is bad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardwise.errors import ChecksumError, ShardwiseError
+from shardwise.index import EMPTY, crc32c
+
+__all__ = ["Problem", "VerifyReport", "verify"]
+
+_BATCH = 32  # shards fetched concurrently, then checked in the calling thread
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong: where, and the error a read would raise."""
+
+    array: str
+    key: str
+    chunk: tuple[int, ...] | None
+    error: str  # the exception class name, e.g. "ChecksumError"
+    message: str
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` checked and found."""
+
+    arrays: list[str] = field(default_factory=list)
+    shards: int = 0  # stored shards (or chunks of unsharded arrays) checked
+    chunks: int = 0  # inner chunks whose checksum was checked or which were decoded
+    requests: int = 0
+    bytes_read: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)  # keys under an array that no chunk has
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def bad_keys(self) -> list[str]:
+        return sorted({p.key for p in self.problems})
+
+    def __str__(self) -> str:
+        lines = [
+            f"{len(self.arrays)} arrays, {self.shards} shards, {self.chunks} inner chunks "
+            f"checked; {self.requests} requests, {self.bytes_read} bytes read; "
+            + ("all good" if self.ok else f"{len(self.bad_keys)} bad keys")
+        ]
+        for p in self.problems:
+            where = f" inner chunk {p.chunk}" if p.chunk is not None else ""
+            lines.append(f"  {p.key}{where}: {p.error}: {p.message}")
+        for key in self.strays:
+            lines.append(f"  {key}: not a chunk of its array (left over from a write?)")
+        return "\n".join(lines)
+
+
+def verify(
+    store: Any,
+    group: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    decode: bool = False,
+) -> VerifyReport:
+    """Check every shard's index and checksums under ``group`` (and its subgroups) of
+    ``store`` (a path, URL or zarr ``Store``); see the module docstring. Never raises for
+    bad data: everything found is in the returned :class:`VerifyReport`."""
+    import zarr
+    from zarr.core.sync import sync
+
+    from shardwise.metadata import ArrayInfo
+    from shardwise.reader import ArrayReader
+
+    root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
+    report = VerifyReport()
+    arrays = []
+    for _, node in root.members(max_depth=None):
+        if isinstance(node, zarr.Array) and node.metadata.zarr_format == 3:
+            arrays.append(node)
+    for arr in sorted(arrays, key=lambda a: a.path):
+        name = arr.path or "/"
+        report.arrays.append(name)
+        try:
+            info = ArrayInfo.from_metadata(arr.metadata, arr.path)
+        except ShardwiseError as e:
+            key = f"{arr.path}/zarr.json" if arr.path else "zarr.json"
+            report.problems.append(Problem(name, key, None, type(e).__name__, str(e)))
+            continue
+        reader = ArrayReader(arr.store_path.store, info)
+        sync(_verify_array(reader, report, decode))
+    return report
+
+
+def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:
+    """(read whole objects, check trailing crc32c of inner chunks) for an array."""
+    from zarr.codecs import Crc32cCodec
+
+    info = reader.info
+    codecs = info.sharding.codecs if info.sharding is not None else info.codecs
+    crc_last = bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
+    return decode or crc_last, crc_last and not decode
+
+
+async def _verify_array(reader: Any, report: VerifyReport, decode: bool) -> None:
+    info = reader.info
+    store = reader.store
+    prefix = f"{info.path}/" if info.path else ""
+    shards = {info.key(s): s for s in info.layout.all_shards()}
+    keys = [k async for k in store.list_prefix(prefix)]
+    report.requests += 1
+    stored = []
+    for key in sorted(keys):
+        if key in shards:
+            stored.append(key)
+        elif key != f"{prefix}zarr.json":
+            report.strays.append(key)
+    whole, crc_only = _checks(reader, decode)
+    sharded = info.sharding is not None
+    if not sharded and not whole:
+        return  # chunks with no checksum: nothing to check short of decode=True
+    for i in range(0, len(stored), _BATCH):
+        batch = stored[i : i + _BATCH]
+        fetched = await asyncio.gather(*(_fetch(reader, key, shards[key], whole) for key in batch))
+        for key, got in zip(batch, fetched, strict=True):
+            report.shards += 1
+            report.requests += got[2]
+            report.bytes_read += got[3]
+            _check(reader, report, key, shards[key], got, whole, crc_only)
+
+
+async def _fetch(
+    reader: Any, key: str, shard: tuple[int, ...], whole: bool
+) -> tuple[Any, int | None, int, int]:
+    """(bytes: the object or its index, the object's size, requests, bytes read)."""
+    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+
+    store = reader.store
+    proto = default_buffer_prototype()
+    try:
+        if whole or reader.info.sharding is None:
+            buf = await store.get(key, proto)
+            data = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+            return data, None if data is None else len(data), 1, 0 if data is None else len(data)
+        size = await store.getsize(key)
+        fmt = reader.decoder(shard).index
+        n = min(fmt.nbytes, size)
+        rng = RangeByteRequest(0, n) if fmt.location == "start" else SuffixByteRequest(n)
+        buf = await store.get(key, proto, rng if n else None)
+        data = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+        return data, size, 2, 0 if data is None else len(data)
+    except FileNotFoundError:
+        return None, None, 1, 0
+
+
+def _check(
+    reader: Any,
+    report: VerifyReport,
+    key: str,
+    shard: tuple[int, ...],
+    got: tuple[Any, int | None, int, int],
+    whole: bool,
+    crc_only: bool,
+) -> None:
+    from shardwise.codecs import ShardDecoder
+
+    info = reader.info
+    data, size, _, _ = got
+    name = info.name
+    if data is None:  # deleted between the listing and the read
+        return
+    try:
+        decoder = reader.decoder(shard)
+        if not isinstance(decoder, ShardDecoder):  # an unsharded array's chunk
+            report.chunks += 1
+            _check_chunk(decoder, data, key, None, crc_only)
+            return
+        if whole:
+            view, table = decoder.parse(data, key=key)
+        else:
+            table = decoder.decode_index(data, shard_nbytes=size, key=key)
+    except ShardwiseError as e:
+        report.problems.append(Problem(name, key, e.chunk, type(e).__name__, str(e)))
+        return
+    if not whole:
+        return
+    for inner in _present(table):
+        report.chunks += 1
+        raw = view[int(table[inner][0]) : int(table[inner][0]) + int(table[inner][1])]
+        try:
+            _check_chunk(decoder.chunk, raw, key, inner, crc_only)
+        except ShardwiseError as e:
+            report.problems.append(Problem(name, key, inner, type(e).__name__, str(e)))
+
+
+def _present(table: Any) -> list[tuple[int, ...]]:
+    import numpy as np
+
+    cps = table.shape[:-1]
+    flat = table.reshape(-1, 2)
+    return [
+        tuple(int(x) for x in np.unravel_index(i, cps)) for i in np.flatnonzero(flat[:, 0] != EMPTY)
+    ]
+
+
+def _check_chunk(
+    decoder: Any, raw: memoryview, key: str, chunk: tuple[int, ...] | None, crc_only: bool
+) -> None:
+    if not crc_only:
+        decoder.decode(raw, key=key, chunk=chunk)
+        return
+    if len(raw) < 4:
+        raise ChecksumError(
+            "inner chunk too short to hold its crc32c",
+            expected="at least 4 bytes",
+            found=f"{len(raw)} bytes",
+            array=decoder.array,
+            key=key,
+            chunk=chunk,
+            advice="Rewrite the shard from its source.",
+        )
+    stored = int.from_bytes(raw[-4:], "little")
+    actual = crc32c(raw[:-4])
+    if stored != actual:
+        raise ChecksumError(
+            "inner chunk crc32c mismatch",
+            expected=f"{stored:#010x}",
+            found=f"{actual:#010x}",
+            array=decoder.array,
+            key=key,
+            chunk=chunk,
+            advice="Rewrite the shard from its source.",
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m shardwise verify", description="Check every shard of a Zarr store."
+    )
+    parser.add_argument("store", help="a path or URL")
+    parser.add_argument("--group", default=None)
+    parser.add_argument("--decode", action="store_true", help="decode every inner chunk too")
+    args = parser.parse_args(argv)
+    report = verify(args.store, args.group, decode=args.decode)
+    print(report)
+    return 0 if report.ok else 1
