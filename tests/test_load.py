@@ -45,6 +45,10 @@ def test_write_256_mib_shards_on_1_gib_workers(tmp_path):
             memory_limit="1GiB",
             dashboard_address=None,
             worker_dashboard_address=None,
+            # no dashboard; the scheduler's plain HTTP server (dashboard_address=None
+            # still starts it, on port 8787) on a free port, since a shared machine may
+            # hold 8787 and distributed then leaks a socket (a ResourceWarning)
+            scheduler_kwargs={"dashboard_address": ":0"},
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

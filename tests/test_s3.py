@@ -366,10 +366,12 @@ def test_write_and_read_on_worker_processes(s3, bucket):
             n_workers=2,
             threads_per_worker=2,
             processes=True,
-            # with a dashboard (even on port 0), distributed 2026.7.1 left these
-            # clusters unclosed at exit, a ResourceWarning in a later test
             dashboard_address=None,
             worker_dashboard_address=None,
+            # no dashboard; the scheduler's plain HTTP server (dashboard_address=None
+            # still starts it, on port 8787) on a free port, since a shared machine may
+            # hold 8787 and distributed then leaks a socket (a ResourceWarning)
+            scheduler_kwargs={"dashboard_address": ":0"},
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

@@ -392,13 +392,12 @@ def to_zarr(
 
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
-    zarr_format = 3 if zarr_format is None else zarr_format
     if store is None:
         from zarr.storage import MemoryStore
 
         store = MemoryStore()
     try:
-        mode, ds, encoding, existing = _validate(
+        mode, ds, encoding, existing, zarr_format = _validate(
             ds,
             store,
             mode,
@@ -463,14 +462,15 @@ def _validate(
     append_dim: Hashable | None,
     region: Any,
     storage_options: Any,
-    zarr_format: int,
+    zarr_format: int | None,
     shards: SizeSpec,
     chunks: SizeSpec,
     write_order: str,
-) -> tuple[str, Any, dict[Hashable, Any], set[str]]:
+) -> tuple[str, Any, dict[Hashable, Any], set[str], int]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
-    the store. Returns the mode, the dataset and encoding to write, and the names of
-    the arrays that exist already."""
+    the store. Returns the mode, the dataset and encoding to write, the names of the
+    arrays that exist already, and the Zarr format (when not given: the existing
+    group's, when the call adds to one, else 3)."""
     from xarray.backends.writers import get_writable_zarr_store
     from xarray.backends.zarr import _choose_default_mode
 
@@ -482,15 +482,6 @@ def _validate(
         )
     _check_spec("shards", shards, set(ds.dims))
     _check_spec("chunks", chunks, set(ds.dims))
-    if zarr_format == 2 and (
-        shards is not None or any(e.get("shards") is not None for e in encoding.values())
-    ):
-        raise WriteError(
-            "shards need Zarr format 3",
-            expected="zarr_format=3 (or None)",
-            found="zarr_format=2 with shards",
-            advice="Zarr v2 has no sharding; drop zarr_format=2.",
-        )
     if isinstance(region, Mapping):
         for dim, r in region.items():
             if isinstance(r, slice) and r.step not in (None, 1):
@@ -503,7 +494,11 @@ def _validate(
     mode = _choose_default_mode(mode=mode, append_dim=append_dim, region=region)
 
     view = _overlay_of(store, storage_options)
-    if mode == "w-" and (key := _existing_node(view, group)) is not None:
+    node = None if mode == "w" else _existing_node(view, group)
+    if zarr_format is None:  # as the group it adds to, else the current format
+        zarr_format = 2 if node is not None and not node.endswith("zarr.json") else 3
+    _check_v2_shards(zarr_format, shards, encoding)
+    if mode == "w-" and (key := node) is not None:
         raise StoreExistsError(
             "the store already holds Zarr data where mode='w-' creates a new dataset",
             expected="no Zarr group or array at the target",
@@ -528,7 +523,20 @@ def _validate(
         _check_region(ds, dry, region)
     ds, encoding = _plan_encoding(ds, encoding, shards, chunks, existing)
     _metadata_step(ds, dry, encoding, _Capture(dry=True))
-    return mode, ds, encoding, existing
+    return mode, ds, encoding, existing, zarr_format
+
+
+def _check_v2_shards(zarr_format: int, shards: SizeSpec, encoding: Mapping[Hashable, Any]) -> None:
+    if zarr_format == 2 and (
+        shards is not None or any(e.get("shards") is not None for e in encoding.values())
+    ):
+        raise WriteError(
+            "shards need Zarr format 3",
+            expected="zarr_format=3 (or None for a new store)",
+            found="zarr_format=2 with shards",
+            advice="Zarr v2 has no sharding: drop zarr_format=2, or write shards to a "
+            "new Zarr v3 store (an existing v2 store stays v2).",
+        )
 
 
 def _check_region(ds: Any, zstore: Any, region: Mapping[str, Any]) -> None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from shardwise.errors import RegionConflictError, WriteError
+from shardwise.errors import RegionConflictError, UnsupportedArrayError, WriteError
+from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
 
 __all__ = ["check_regions", "shared_shards"]
@@ -26,19 +28,53 @@ __all__ = ["check_regions", "shared_shards"]
 Region = Mapping[Hashable, slice]
 
 
-def _arrays(store: Any, group: str | None, storage_options: Any) -> dict[str, ArrayInfo]:
-    """Every Zarr v3 array directly in the group, by name."""
+@dataclass(frozen=True)
+class _Grid:
+    """What the check needs of an array: its chunk (shard) grid, dimension names and
+    the store key of each grid cell. Zarr v2 arrays count chunks as shards."""
+
+    name: str
+    layout: ShardLayout
+    dims: tuple[Hashable, ...]
+    path: str
+    metadata: Any
+
+    def key(self, cell: tuple[int, ...]) -> str:
+        k = self.metadata.encode_chunk_key(cell)
+        return f"{self.path}/{k}" if self.path else str(k)
+
+
+def _grids(
+    store: Any, group: str | None, storage_options: Any, variables: Sequence[str] | None
+) -> list[_Grid]:
+    """The arrays directly in the group (those in ``variables``, when given)."""
     import zarr
 
     root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
-    out = {}
-    for name, arr in root.arrays():
+    out = []
+    for name, arr in sorted(root.arrays()):
+        if variables is not None and name not in variables:
+            continue
         if arr.metadata.zarr_format == 3:
-            out[name] = ArrayInfo.from_metadata(arr.metadata, arr.path)
+            info = ArrayInfo.from_metadata(arr.metadata, arr.path)
+            layout, dims = info.layout, info.metadata.dimension_names
+        else:
+            layout = ShardLayout.build(arr.shape, arr.chunks, None)
+            dims = arr.attrs.get("_ARRAY_DIMENSIONS")
+        if dims is None or len(dims) != layout.ndim:
+            raise UnsupportedArrayError(
+                "array without dimension names",
+                expected="dimension_names (Zarr v3) or _ARRAY_DIMENSIONS (Zarr v2), as xarray "
+                "writes them",
+                found=repr(dims),
+                array=arr.path or "/",
+                advice="Pass variables= with the arrays the jobs write.",
+            )
+        out.append(_Grid(name, layout, tuple(dims), arr.path, arr.metadata))
     return out
 
 
-def _shard_span(info: ArrayInfo, dims: Sequence[Hashable], region: Region, which: int) -> Any:
+def _shard_span(info: _Grid, dims: Sequence[Hashable], region: Region, which: int) -> Any:
     """Per dimension, the range of shard indices ``region`` touches (whole extent for
     dimensions the region does not name); None when it touches nothing."""
     spans = []
@@ -77,31 +113,28 @@ def shared_shards(
 
     ``regions`` are what separate jobs would pass as ``to_zarr(region=...)``: mappings
     from dimension name to slice. An array is written by a region write when it has
-    any of the region's dimensions (along the others it is written whole). Returns
+    any of the region's dimensions (along the others it is written whole). Zarr v2
+    arrays count their chunks as shards. Returns
     ``{array name: {shard key: [indices of the regions that touch it]}}`` for the
     arrays that have such shards; an empty dict means the jobs may run at once.
-    ``variables`` limits the check to the arrays the jobs write (default: all).
+    ``variables`` limits the check to the arrays the jobs write (default: all); an
+    array with no dimension names raises ``UnsupportedArrayError`` rather than pass
+    unchecked.
     """
     out: dict[str, dict[str, list[int]]] = {}
-    for name, info in sorted(_arrays(store, group, storage_options).items()):
-        if variables is not None and name not in variables:
-            continue
-        dims = info.metadata.dimension_names
-        if dims is None:
-            continue
+    for grid in _grids(store, group, storage_options, variables):
         touched: dict[tuple[int, ...], list[int]] = {}
         for i, region in enumerate(regions):
-            unknown = [d for d in region if d not in dims]
-            if len(unknown) == len(region):  # a region write leaves this array alone
+            if not any(d in grid.dims for d in region):  # a region write leaves it alone
                 continue
-            spans = _shard_span(info, dims, region, i)
+            spans = _shard_span(grid, grid.dims, region, i)
             if spans is None:
                 continue
             for shard in itertools.product(*spans):
                 touched.setdefault(shard, []).append(i)
-        shared = {info.key(s): who for s, who in sorted(touched.items()) if len(who) > 1}
+        shared = {grid.key(s): who for s, who in sorted(touched.items()) if len(who) > 1}
         if shared:
-            out[name] = shared
+            out[grid.name] = shared
     return out
 
 
