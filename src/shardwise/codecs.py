@@ -290,10 +290,29 @@ def _verify_crc32c(data: Bytes, ctx: _Context) -> memoryview:
     return body
 
 
+def _check_blosc_header(data: Bytes, ctx: _Context) -> None:
+    """c-blosc trusts the compressed size in a frame's header and reads past the buffer
+    (a segfault) when it lies: refuse such frames first."""
+    view = memoryview(data).cast("B")
+    cbytes = int.from_bytes(view[12:16], "little") if len(view) >= 16 else None
+    if cbytes != len(view):
+        raise CorruptShardError(
+            "corrupt blosc frame",
+            expected=f"a 16-byte header giving the frame's size, {len(view)} bytes",
+            found="a shorter frame" if cbytes is None else f"a header saying {cbytes} bytes",
+            array=ctx.array,
+            key=ctx.key,
+            chunk=ctx.chunk,
+            advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
+        )
+
+
 def _numcodecs_step(codec: Any, name: str) -> Callable[[Bytes, _Context], Any]:
     decode = codec.decode
 
     def step(data: Bytes, ctx: _Context) -> Any:
+        if name == "blosc":
+            _check_blosc_header(data, ctx)
         return decode(data)
 
     step.__name__ = f"decode_{name}"
@@ -357,6 +376,8 @@ def _decompress_to_array_step(
     expected = to_array.expected
 
     def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
+        if name == "blosc":
+            _check_blosc_header(data, ctx)
         if decoded_size(name, data) != expected or (name == "gzip" and expected >= 2**32):
             return to_array(decode(data), ctx)
         out = _scratch(expected) if ctx.scratch else np.empty(expected, dtype=np.uint8)
