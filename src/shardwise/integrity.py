@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardwise.errors import ChecksumError, ShardwiseError
-from shardwise.index import EMPTY, crc32c
+from shardwise.errors import ShardwiseError
+from shardwise.index import EMPTY
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -226,31 +226,14 @@ def _present(table: Any) -> list[tuple[int, ...]]:
 def _check_chunk(
     decoder: Any, raw: memoryview, key: str, chunk: tuple[int, ...] | None, crc_only: bool
 ) -> None:
-    if not crc_only:
+    """Decode the chunk, or (``crc_only``) check just its trailing crc32c, the way a
+    read does, raising what a read would."""
+    from shardwise.codecs import _Context, _verify_crc32c
+
+    if crc_only:
+        _verify_crc32c(raw, _Context(decoder.array, key, chunk))
+    else:
         decoder.decode(raw, key=key, chunk=chunk)
-        return
-    if len(raw) < 4:
-        raise ChecksumError(
-            "inner chunk too short to hold its crc32c",
-            expected="at least 4 bytes",
-            found=f"{len(raw)} bytes",
-            array=decoder.array,
-            key=key,
-            chunk=chunk,
-            advice="Rewrite the shard from its source.",
-        )
-    stored = int.from_bytes(raw[-4:], "little")
-    actual = crc32c(raw[:-4])
-    if stored != actual:
-        raise ChecksumError(
-            "inner chunk crc32c mismatch",
-            expected=f"{stored:#010x}",
-            found=f"{actual:#010x}",
-            array=decoder.array,
-            key=key,
-            chunk=chunk,
-            advice="Rewrite the shard from its source.",
-        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
