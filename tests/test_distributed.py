@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from clusters import CLUSTER_OPTIONS
+
 distributed = pytest.importorskip("distributed")
 
 
@@ -13,15 +15,8 @@ distributed = pytest.importorskip("distributed")
 def client():
     with (
         distributed.LocalCluster(
-            n_workers=2,
+            **CLUSTER_OPTIONS,
             threads_per_worker=2,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            # no dashboard; the scheduler's plain HTTP server (dashboard_address=None
-            # still starts it, on port 8787) on a free port, since a shared machine may
-            # hold 8787 and distributed then leaks a socket (a ResourceWarning)
-            scheduler_kwargs={"dashboard_address": ":0"},
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

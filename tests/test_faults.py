@@ -39,6 +39,8 @@ import shardwise
 from shardwise.codecs import ShardDecoder
 from shardwise.metadata import ArrayInfo
 
+from clusters import CLUSTER_OPTIONS
+
 distributed = pytest.importorskip("distributed")
 
 pytestmark = [
@@ -53,17 +55,7 @@ INNER = 100
 NSHARDS = ROWS // SHARD
 WRITE = {"shards": {"time": SHARD}, "chunks": {"time": INNER}, "consolidated": False}
 SHARD_KEYS = [f"v/c/{i}/0" for i in range(NSHARDS)]
-CLUSTER = {
-    "n_workers": 2,
-    "threads_per_worker": 1,
-    "processes": True,
-    "dashboard_address": None,
-    "worker_dashboard_address": None,
-    # no dashboard, and the scheduler's plain HTTP server (which dashboard_address=None
-    # still starts, on port 8787) on a free port: when 8787 is taken on a shared machine
-    # distributed retries and leaks a socket, a ResourceWarning that fails the test
-    "scheduler_kwargs": {"dashboard_address": ":0"},
-}
+CLUSTER = {**CLUSTER_OPTIONS, "threads_per_worker": 1}
 TIMEOUT = 60  # seconds for anything we wait on
 
 

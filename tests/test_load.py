@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from clusters import CLUSTER_OPTIONS
+
 distributed = pytest.importorskip("distributed")
 
 SHARD = (256, 512, 512)  # float32: 256 MiB
@@ -39,16 +41,9 @@ def test_write_256_mib_shards_on_1_gib_workers(tmp_path):
     path = tmp_path / "big.zarr"
     with (
         distributed.LocalCluster(
-            n_workers=2,
+            **CLUSTER_OPTIONS,
             threads_per_worker=1,
-            processes=True,
             memory_limit="1GiB",
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            # no dashboard; the scheduler's plain HTTP server (dashboard_address=None
-            # still starts it, on port 8787) on a free port, since a shared machine may
-            # hold 8787 and distributed then leaks a socket (a ResourceWarning)
-            scheduler_kwargs={"dashboard_address": ":0"},
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

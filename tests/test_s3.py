@@ -26,6 +26,8 @@ import shardwise
 from s3server import Hit, Mark, Recorded, S3Server, close_s3fs_sessions, isolated_aws_environment
 from shardwise.testing import CountingStore
 
+from clusters import CLUSTER_OPTIONS
+
 pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")
 pytest.importorskip("obstore")
@@ -363,15 +365,8 @@ def test_write_and_read_on_worker_processes(s3, bucket):
     ds = table(nt=400, blank=slice(80, 120))
     with (
         distributed.LocalCluster(
-            n_workers=2,
+            **CLUSTER_OPTIONS,
             threads_per_worker=2,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            # no dashboard; the scheduler's plain HTTP server (dashboard_address=None
-            # still starts it, on port 8787) on a free port, since a shared machine may
-            # hold 8787 and distributed then leaks a socket (a ResourceWarning)
-            scheduler_kwargs={"dashboard_address": ":0"},
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
