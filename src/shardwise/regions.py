@@ -74,11 +74,11 @@ def _grids(
     return out
 
 
-def _shard_span(info: _Grid, dims: Sequence[Hashable], region: Region, which: int) -> Any:
+def _shard_span(info: _Grid, region: Region, which: int) -> Any:
     """Per dimension, the range of shard indices ``region`` touches (whole extent for
     dimensions the region does not name); None when it touches nothing."""
     spans = []
-    for dim, name in zip(info.layout.dims, dims, strict=True):
+    for dim, name in zip(info.layout.dims, info.dims, strict=True):
         sel = region.get(name, slice(None))
         if not isinstance(sel, slice):
             raise WriteError(
@@ -127,7 +127,7 @@ def shared_shards(
         for i, region in enumerate(regions):
             if not any(d in grid.dims for d in region):  # a region write leaves it alone
                 continue
-            spans = _shard_span(grid, grid.dims, region, i)
+            spans = _shard_span(grid, region, i)
             if spans is None:
                 continue
             for shard in itertools.product(*spans):
