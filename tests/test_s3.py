@@ -331,6 +331,37 @@ def test_region_read_requests(target, opener):
     assert wire == as_http
 
 
+def test_ranged_read_finds_an_entry_pointing_into_the_index(target):
+    """The index is read by a suffix request, so the shard's size is unknown when the
+    chunks are read by range: the range reaching furthest is read on by the index's
+    length, and each client's short read at the end of the object tells an entry lying in
+    the index (TruncatedShardError, naming the chunk) from data."""
+    ds = table(nt=80, chunks=40)
+    target.write(ds, shards={"time": 40}, chunks=CHUNKS)
+    key = f"{target.prefix}/v/c/1/0"
+    s3 = target.server.boto3()
+    raw = bytearray(s3.get_object(Bucket=target.bucket, Key=key)["Body"].read())
+    fmt = shardwise.ArrayReader.open(target.store(), "v").decoder((1, 0)).index
+    table_ = np.frombuffer(bytes(raw[-fmt.nbytes :][: 16 * fmt.nchunks]), "<u8")
+    table_ = table_.reshape(*fmt.chunks_per_shard, 2).copy()
+    table_[3, 0] = (len(raw) - fmt.nbytes, 8)  # inner chunk 3: 8 bytes of the index
+    raw[-fmt.nbytes :] = fmt.encode(table_)  # crc32c recomputed: the index itself is fine
+    s3.put_object(Bucket=target.bucket, Key=key, Body=bytes(raw))
+
+    ranged = shardwise.ReadOptions(whole_shard_fraction=1.0, index_cache=False)
+    reader = shardwise.ArrayReader.open(target.store(), "v", options=ranged)
+    np.testing.assert_array_equal(reader[40:70], ds.v.values[40:70])  # chunks 0-2 are fine
+    for read in (
+        lambda: reader[75:80],
+        lambda: target.open_fanout(chunks="inner").v[75:80].compute(),
+    ):
+        with pytest.raises(shardwise.TruncatedShardError) as info:
+            read()
+        err = info.value
+        assert (err.array, err.key, err.chunk) == ("v", "v/c/1/0", (3, 0)), err
+        assert f"the index takes the last {fmt.nbytes} bytes" in str(err)
+
+
 # -- two endpoints ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def s3_other(s3, tmp_path_factory):

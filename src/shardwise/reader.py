@@ -256,15 +256,26 @@ class ArrayReader:
                 wanted.append(inner)
                 ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
         groups = coalesce(ranges, gap=opts.coalesce_gap, max_size=opts.coalesce_max)
+        # With the index at the end, read by a suffix request, the shard's size is unknown
+        # and an entry pointing into the index would pass every check: the group reaching
+        # furthest is read on by the index's length, so a short read tells where the data
+        # ends (one request as before; ``index.nbytes`` more bytes)
+        tail = decoder.index.nbytes if decoder.index.location == "end" else 0
+        last = max(range(len(groups)), key=lambda g: groups[g][0].stop, default=-1)
 
-        async def fetch_group(req: ByteRange, members: list[int]) -> None:
+        async def fetch_group(req: ByteRange, members: list[int], extra: int) -> None:
             from zarr.abc.store import RangeByteRequest
 
             if req.stop == req.start:  # zero-length chunks need no request
                 for m in members:
                     result[wanted[m]] = memoryview(b"")
                 return
-            buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop))
+            buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
+            if buf is not None and extra:
+                self._check_data_end(
+                    key, req, buf, extra, [(ranges[m], wanted[m]) for m in members]
+                )
+                buf = buf[: req.stop - req.start]
             if buf is None:
                 raise CorruptShardError(
                     "shard disappeared while it was being read",
@@ -289,8 +300,42 @@ class ArrayReader:
                     )
                 result[wanted[m]] = piece
 
-        await asyncio.gather(*(fetch_group(req, members) for req, members in groups))
+        await asyncio.gather(
+            *(
+                fetch_group(req, members, tail if g == last else 0)
+                for g, (req, members) in enumerate(groups)
+            )
+        )
         return result
+
+    def _check_data_end(
+        self,
+        key: str,
+        req: ByteRange,
+        buf: memoryview,
+        extra: int,
+        members: list[tuple[ByteRange, tuple[int, ...]]],
+    ) -> None:
+        """``buf`` is ``req`` read on by ``extra`` (the index's length): when it comes back
+        short the object ends there, and no inner chunk may reach into its last ``extra``
+        bytes (the index)."""
+        if len(buf) >= req.stop - req.start + extra:
+            return  # the object goes on past the index's length: every range is data
+        size = req.start + len(buf)
+        data_stop = size - extra
+        for r, inner in members:
+            if r.stop > data_stop:
+                raise TruncatedShardError(
+                    "inner chunk lies outside the shard object's data",
+                    expected=f"offset + nbytes <= {data_stop} (the index takes the last "
+                    f"{extra} bytes)",
+                    found=f"bytes [{r.start}, {r.stop}) of a {size}-byte object",
+                    array=self.info.name,
+                    key=key,
+                    chunk=inner,
+                    advice="The shard index is corrupt or the shard truncated; rewrite the "
+                    "shard from its source.",
+                )
 
     @property
     def token(self) -> str:
