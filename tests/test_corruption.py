@@ -909,27 +909,16 @@ def test_corrupt_blosc_chunk_does_not_crash(tmp_path) -> None:
 
 
 # -- small units: shard decoding edge cases ----------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptShardError,
-    reason="bug (minor): ShardDecoder.decode (nested shards) raises a plain "
-    "CorruptShardError 'shard is shorter than its index', where docs/index.md and "
-    "ShardDecoder.parse say TruncatedShardError",
-)
 def test_nested_shard_shorter_than_its_index() -> None:
     codec = ShardingCodec(chunk_shape=(2,), codecs=[BytesCodec()])
     dec = ShardDecoder(codec, (4,), Float64(), 0.0, array="v")
-    with pytest.raises(TruncatedShardError):
+    with pytest.raises(TruncatedShardError) as info:
         dec.decode(b"tiny", key="v/c/0")
-
-
-NESTED_BUG = (
-    "bug: an error in the index of a nested shard (the inner chunk of an outer shard is "
-    "itself a shard) does not name the outer inner chunk: ShardDecoder.decode passes "
-    "`chunk` only to the inner-chunk decoder, not to parse/decode_index, so index "
-    "checksum/size errors have chunk=None and check_entries errors name the nested "
-    "coordinate ({}) as if it were the outer one"
-)
+    assert info.value.chunk is None and "nested" not in str(info.value)
+    # as a nested shard (inner chunk (1,) of the outer shard): named, and said to be nested
+    with pytest.raises(TruncatedShardError) as info:
+        dec.decode(b"tiny", key="v/c/0", chunk=(1,))
+    assert info.value.chunk == (1,) and "nested shard" in str(info.value)
 
 
 def _nested_index_crc(raw: bytearray) -> None:
@@ -946,22 +935,8 @@ def _nested_half_empty(raw: bytearray) -> None:
 @pytest.mark.parametrize(
     ("corrupt", "cls"),
     [
-        pytest.param(
-            _nested_index_crc,
-            ChecksumError,
-            id="nested-index-crc",
-            marks=pytest.mark.xfail(
-                strict=True, raises=AssertionError, reason=NESTED_BUG.format("here None")
-            ),
-        ),
-        pytest.param(
-            _nested_half_empty,
-            CorruptShardError,
-            id="nested-half-empty-entry",
-            marks=pytest.mark.xfail(
-                strict=True, raises=AssertionError, reason=NESTED_BUG.format("here (0, 1)")
-            ),
-        ),
+        pytest.param(_nested_index_crc, ChecksumError, id="nested-index-crc"),
+        pytest.param(_nested_half_empty, CorruptShardError, id="nested-half-empty-entry"),
     ],
 )
 def test_nested_shard_errors_name_the_chunk(tmp_path, corrupt, cls) -> None:

@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.errors import ChecksumError, CorruptShardError, ShardwiseError, UnsupportedCodecError
+from shardwise.errors import (
+    ChecksumError,
+    CorruptShardError,
+    ShardwiseError,
+    TruncatedShardError,
+    UnsupportedCodecError,
+)
 from shardwise.index import EMPTY, IndexFormat, check_entries, crc32c
 
 __all__ = [
@@ -476,15 +482,32 @@ class ShardDecoder:
         """Decode a whole shard held in memory into an array of the shard's shape."""
         view = memoryview(data).cast("B")
         if len(view) < self.index.nbytes:
-            raise CorruptShardError(
-                "shard is shorter than its index",
+            raise TruncatedShardError(
+                "shard is shorter than its index"
+                if chunk is None
+                else "nested shard (this inner chunk is itself a shard) is shorter than its index",
                 expected=f"at least {self.index.nbytes} bytes",
                 found=f"{len(view)} bytes",
                 array=self.array,
                 key=key,
                 chunk=chunk,
             )
-        view, table = self.parse(view, key=key)
+        try:
+            view, table = self.parse(view, key=key)
+        except CorruptShardError as err:
+            if chunk is None:
+                raise
+            # a nested shard: name the outer inner chunk, and the nested one in the text
+            at = "" if err.chunk is None else f" at its chunk {err.chunk}"
+            raise type(err)(
+                f"nested shard (this inner chunk is itself a shard): {err.problem}{at}",
+                array=err.array,
+                key=err.key,
+                chunk=chunk,
+                expected=err.expected,
+                found=err.found,
+                advice=err.advice,
+            ) from err
         out = np.empty(self.shard_shape, dtype=self.chunk.dtype)
         for idx in np.ndindex(*self.chunks_per_shard):
             sl = tuple(
