@@ -808,53 +808,71 @@ def run_with_deadline(code: str, seconds: int = 2) -> str:
     return proc.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="bug: shardwise.open_dataset on an array of shape (2**40, 16), or of shape "
-    "(0, 2**40) that holds nothing, neither returns nor raises: fanout.block_sizes calls "
-    "_boundaries(dim, 'inner') for every dimension (before looking at the extent or the "
-    "chunks asked for), which lists every inner-chunk boundary (2**38 of them) in Python, "
-    "growing ~100 MB/s; it should refuse more than some bound of dask chunks with "
-    "ChunksError, and need no boundaries for a dimension of length 0 or chunks='shards'",
+@pytest.mark.parametrize(
+    ("shape", "chunks", "expected"),
+    [
+        ([2**40, 16], "shards", "raised ChunksError"),
+        ([2**40, 16], "inner", "raised ChunksError"),
+        ([2**40, 16], "auto", "raised ChunksError"),
+        ([2**40, 16], {"y": 2**16}, "raised ChunksError"),  # 2**24 of them
+        ([2**40, 16], {"y": -1}, "opened ((1099511627776,), (8, 8))"),
+        ([2**40, 2**40], {"y": 2**28, "x": 2**28}, "raised ChunksError"),  # 2**12 x 2**12
+        ([0, 2**40], "shards", "opened ((0,), (1099511627776,))"),
+        ([0, 2**40], "inner", "opened ((0,), (1099511627776,))"),
+        ([0, 2**40], {"x": (1,)}, "raised ChunksError"),  # still checked
+    ],
+    ids=["shards", "inner", "auto", "int", "whole", "product", "empty", "empty-inner", "bad"],
 )
-@pytest.mark.parametrize("shape", [[2**40, 16], [0, 2**40]], ids=["huge", "empty-but-huge"])
-def test_open_dataset_huge_shape_does_not_hang(make_store, shape) -> None:
+def test_open_dataset_huge_shape_does_not_hang(make_store, shape, chunks, expected) -> None:
+    """A dimension of 2**40 (a corrupt or hostile zarr.json): open_dataset refuses more
+    than MAX_CHUNKS dask chunks with ChunksError at once, instead of listing them (it
+    used to grow ~100 MB/s until killed); an array holding nothing gets one chunk along
+    every dimension, whatever their length."""
     path = make_store()
     edit_metadata(path, set_field("shape", shape))
-    run_with_deadline(
+    out = run_with_deadline(
         f"""
         import shardwise
         DEADLINE
         try:
-            shardwise.open_dataset({str(path)!r}, chunks="shards", consolidated=False)
+            ds = shardwise.open_dataset({str(path)!r}, chunks={chunks!r}, consolidated=False)
         except shardwise.ShardwiseError as e:
             print("raised", type(e).__name__)
+        else:
+            print("opened", ds.v.chunks)
         """
     )
+    assert out.strip() == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="bug: reading a selection with no elements (all of an array of shape "
-    "(0, 2**40), or reader[0:0, :] of any array with a huge dimension) does not return: "
-    "ArrayReader.read -> ShardLayout.plan computes the per-inner-chunk pieces of every "
-    "dimension (DimGrid._slice_pieces) before _execute's `if out.size == 0` shortcut; "
-    "plan should return an empty ReadPlan as soon as one dimension selects nothing",
+@pytest.mark.parametrize(
+    ("shape", "selection", "expected"),
+    [
+        ([0, 2**40], "[...]", "(0, 1099511627776)"),
+        ([2**40, 16], "[0:0, :]", "(0, 16)"),
+        ([2**40, 16], "[5:5]", "(0, 16)"),
+        ([2**40, 16], "[...]", "MemoryError"),  # 128 TiB: refused before any planning
+        ([2**40, 16], "[2**40 - 2:, 0]", "(2,)"),  # past the data written: fill values
+    ],
 )
-def test_reading_nothing_does_not_hang(make_store) -> None:
+def test_reading_nothing_or_too_much_does_not_hang(make_store, shape, selection, expected) -> None:
+    """An empty selection returns at once however many inner chunks the array has (it
+    used to list every one); one too large for memory raises numpy's MemoryError before
+    its chunks are listed."""
     path = make_store()
-    edit_metadata(path, set_field("shape", [0, 2**40]))
+    edit_metadata(path, set_field("shape", shape))
     out = run_with_deadline(
         f"""
         from shardwise import ArrayReader
         reader = ArrayReader.open({str(path)!r}, "v")
         DEADLINE
-        print(reader[...].shape)
+        try:
+            print(reader{selection}.shape)
+        except MemoryError:
+            print("MemoryError")
         """
     )
-    assert out.strip() == "(0, 1099511627776)"
+    assert out.strip() == expected
 
 
 # A 166-byte blosc (lz4) frame for a (4, 6) float64 chunk, found by fuzzing: its header

@@ -25,6 +25,7 @@ sizes to inner-chunk boundaries, with a :class:`ChunkRoundingWarning` when it ha
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,11 @@ __all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array"]
 # what one dimension's chunks may be asked as
 DimChunks = int | str | tuple[int, ...] | None
 
+# The most dask chunks one array may be split into. Far more tasks than a dask scheduler
+# handles well; the bound is there so that an absurd shape (a dimension of 2**40) raises
+# ChunksError at once instead of listing its chunks until memory runs out.
+MAX_CHUNKS = 10_000_000
+
 
 class ChunkRoundingWarning(UserWarning):
     """Requested dask chunks cut inner chunks and were moved to inner-chunk boundaries."""
@@ -62,19 +68,59 @@ def _boundaries(dim: DimGrid, unit: str) -> list[int]:
     return out
 
 
-def _snap(wanted: Sequence[int], allowed: Sequence[int]) -> list[int]:
-    """Move each wanted boundary to the nearest allowed one (ties go up); keep 0 and
-    the extent, drop duplicates."""
-    grid = np.asarray(allowed, dtype=np.int64)
+def _count(dim: DimGrid, unit: str) -> int:
+    """How many shards (``unit="shards"``) or inner chunks (``"inner"``) hold part of
+    the array along a dimension, without listing them."""
+    if dim.regular:
+        step = dim.shard_size(0) if unit == "shards" else dim.inner_size(0)
+        return -(-dim.extent // step)
+    if unit == "shards":
+        return dim.nshards
+    return sum(
+        -(-min(dim.shard_size(s), dim.extent - dim.shard_start(s)) // dim.inner_size(s))
+        for s in range(dim.nshards)
+    )
+
+
+def _snap(wanted: Sequence[int], dim: DimGrid) -> list[int]:
+    """Move each wanted boundary to the nearest inner-chunk boundary of ``dim`` (ties
+    go up); keep 0 and the extent, drop duplicates. A regular grid's boundaries are the
+    multiples of the inner size: worked out, not listed."""
+    extent = dim.extent
+    if dim.regular:
+        unit = dim.inner_size(0)
+
+        def nearest(b: int) -> int:
+            lo = b // unit * unit
+            hi = min(lo + unit, extent)
+            return lo if b - lo < hi - b else hi
+
+    else:
+        grid = np.asarray(_boundaries(dim, "inner"), dtype=np.int64)
+
+        def nearest(b: int) -> int:
+            i = int(np.searchsorted(grid, b))
+            lo, hi = int(grid[max(i - 1, 0)]), int(grid[min(i, len(grid) - 1)])
+            return lo if b - lo < hi - b else hi
+
     out = [0]
     for b in wanted[1:-1]:
-        i = int(np.searchsorted(grid, b))
-        lo, hi = int(grid[max(i - 1, 0)]), int(grid[min(i, len(grid) - 1)])
-        snapped = lo if b - lo < hi - b else hi
-        if out[-1] < snapped < allowed[-1]:
+        snapped = nearest(int(b))
+        if out[-1] < snapped < extent:
             out.append(snapped)
-    out.append(int(allowed[-1]))
+    out.append(extent)
     return out
+
+
+def _too_many(count: int, where: str, name: str, what: str = "dask chunks") -> ChunksError:
+    return ChunksError(
+        f"too many {what} {where}",
+        expected=f"at most {MAX_CHUNKS:,} dask chunks per array",
+        found=f"{count:,}",
+        array=name or None,
+        advice="Ask for larger chunks (an int size or -1 for the dimensions concerned), "
+        "or read a selection with shardwise.ArrayReader.",
+    )
 
 
 def block_sizes(
@@ -116,14 +162,18 @@ def block_sizes(
     bounds_of: dict[int, list[int]] = {}
     auto: list[int] = []
     moved: list[str] = []
+    # an array holding nothing needs no reads: the chunks asked for are checked, but it
+    # gets one chunk along every dimension (a huge dimension beside an empty one is fine)
+    empty = 0 in layout.shape
     for axis, (dim, want) in enumerate(zip(layout.dims, per_dim, strict=True)):
-        inner = _boundaries(dim, "inner")
+        unit = "shards" if want is None else want if isinstance(want, str) else ""
         if dim.extent == 0:
             bounds_of[axis] = [0, 0]
-        elif want is None or want == "shards":
-            bounds_of[axis] = _boundaries(dim, "shards")
-        elif want == "inner":
-            bounds_of[axis] = inner
+        elif unit == "shards" or unit == "inner":
+            if not empty and (n := _count(dim, unit)) > MAX_CHUNKS:
+                each = "shard" if unit == "shards" else "inner chunk"
+                raise _too_many(n, f"along {dims[axis]!r} (one per {each})", name)
+            bounds_of[axis] = [0, dim.extent] if empty else _boundaries(dim, unit)
         elif want == "auto":
             auto.append(axis)
         elif isinstance(want, int | np.integer) and not isinstance(want, bool):
@@ -137,19 +187,23 @@ def block_sizes(
                 )
             # inner chunks divide every shard, so multiples of the inner size are
             # inner-chunk boundaries: round the size to the nearest multiple
-            if size >= dim.extent:  # one chunk reaches the array's end: nothing is cut
+            if size >= dim.extent or empty:  # one chunk to the array's end: nothing cut
                 bounds_of[axis] = [0, dim.extent]
             elif dim.inner is not None or dim.regular:
-                unit = dim.inner_size(0)
+                step = dim.inner_size(0)
                 rounded = size
-                if size % unit:
-                    rounded = min(max(unit, round(size / unit) * unit), dim.extent)
+                if size % step:
+                    rounded = min(max(step, round(size / step) * step), dim.extent)
+                if (n := -(-dim.extent // rounded)) > MAX_CHUNKS:
+                    raise _too_many(n, f"along {dims[axis]!r} (of {rounded})", name)
                 bounds_of[axis] = [*range(0, dim.extent, rounded), dim.extent]
                 if rounded != size:
                     moved.append(f"{dims[axis]}: {size} -> {rounded}")
             else:  # chunks of an unsharded rectilinear grid
+                if (n := -(-dim.extent // size)) > MAX_CHUNKS:
+                    raise _too_many(n, f"along {dims[axis]!r} (of {size})", name)
                 wanted = [*range(0, dim.extent, size), dim.extent]
-                bounds_of[axis] = _snap(wanted, inner)
+                bounds_of[axis] = _snap(wanted, dim)
                 if bounds_of[axis] != wanted:
                     moved.append(f"{dims[axis]}: {size} -> {_describe(bounds_of[axis])}")
         elif isinstance(want, tuple | list):
@@ -162,8 +216,8 @@ def block_sizes(
                     array=name or None,
                 )
             wanted = [0, *itertools.accumulate(sizes)]
-            bounds_of[axis] = _snap(wanted, inner)
-            if bounds_of[axis] != wanted:
+            bounds_of[axis] = [0, dim.extent] if empty else _snap(wanted, dim)
+            if not empty and bounds_of[axis] != wanted:
                 moved.append(f"{dims[axis]}: {tuple(sizes)} -> {_describe(bounds_of[axis])}")
         else:
             raise ChunksError(
@@ -173,7 +227,10 @@ def block_sizes(
                 array=name or None,
             )
     if auto:
-        _auto_bounds(reader, bounds_of, auto, target_bytes)
+        _auto_bounds(reader, dims, bounds_of, auto, target_bytes, name)
+    total = math.prod(len(bounds_of[axis]) - 1 for axis in range(layout.ndim))
+    if total > MAX_CHUNKS:
+        raise _too_many(total, "in all", name)
     out = [
         tuple(int(b - a) for a, b in itertools.pairwise(bounds_of[axis]))
         for axis in range(layout.ndim)
@@ -191,7 +248,12 @@ def block_sizes(
 
 
 def _auto_bounds(
-    reader: ArrayReader, bounds_of: dict[int, list[int]], auto: list[int], target: int
+    reader: ArrayReader,
+    dims: Sequence[Hashable],
+    bounds_of: dict[int, list[int]],
+    auto: list[int],
+    target: int,
+    name: str,
 ) -> None:
     """Fill in the ``auto`` axes of ``bounds_of`` with dask's automatic chunking toward
     ``target`` bytes: multiples of the shard shape when a shard is no bigger than the
@@ -203,6 +265,16 @@ def _auto_bounds(
         for axis in auto:
             bounds_of[axis] = [0, layout.shape[axis]]
         return
+    # refuse before dask lists them: dask spells the chunks it starts from (the shard or
+    # inner shape) out along each dimension, and there are at least this many in all
+    fixed = math.prod(len(bounds_of[a]) - 1 for a in range(layout.ndim) if a not in auto)
+    nbytes = math.prod(layout.shape) * reader.dtype.itemsize
+    if (n := fixed * (nbytes // max(target, 1))) > MAX_CHUNKS:
+        raise _too_many(n, "with chunks='auto' (at least)", name)
+    for axis in auto:
+        dim = layout.dims[axis]
+        if (n := _count(dim, "inner")) > MAX_CHUNKS:
+            raise _too_many(n, f"along {dims[axis]!r} for chunks='auto'", name, "inner chunks")
 
     def nominal(dim: DimGrid, size: int | tuple[int, ...]) -> int:
         return min(size if isinstance(size, int) else max(size), max(dim.extent, 1))
@@ -219,7 +291,7 @@ def _auto_bounds(
     )
     for axis in auto:
         wanted = [0, *itertools.accumulate(sizes[axis])]
-        bounds_of[axis] = _snap(wanted, _boundaries(layout.dims[axis], "inner"))
+        bounds_of[axis] = _snap(wanted, layout.dims[axis])
 
 
 def _describe(bounds: Sequence[int]) -> str:
@@ -280,33 +352,43 @@ def fanout_array(
     reader_key = f"reader-{read_name}"
 
     starts = [[0, *itertools.accumulate(c)] for c in chunks]
-    regions: dict[Any, tuple[slice, ...]] = {}
-    shards_of: dict[Any, list[tuple[int, ...]]] = {}
-    readers_of: dict[tuple[int, ...], int] = {}  # shard -> number of read tasks
-    for block in itertools.product(*(range(len(c)) for c in chunks)):
-        region = tuple(slice(starts[d][i], starts[d][i + 1]) for d, i in enumerate(block))
-        key: Any = (read_name, *block)
-        regions[key] = region
-        if not sharded or any(r.stop == r.start for r in region):
-            shards_of[key] = []
-            continue
-        shards_of[key] = list(
-            itertools.product(
-                *(
-                    dim.shard_range(r.start, r.stop - 1)
-                    for dim, r in zip(layout.dims, region, strict=True)
-                )
-            )
-        )
-        for shard in shards_of[key]:
-            readers_of[shard] = readers_of.get(shard, 0) + 1
+    # A shard is shared (read by two or more tasks, so it gets an index task) when a
+    # chunk boundary cuts it along some dimension: work out the cut shards per dimension
+    # from the boundaries, without listing every shard (a chunk may span millions).
+    cut: list[set[int]] = [set() for _ in chunks]
+    if sharded:
+        for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
+            inside = [b for b in bounds[1:-1] if 0 < b < dim.extent]
+            hit = dim.shard_of(np.asarray(inside, dtype=np.int64))
+            here.update(int(s) for s, b in zip(hit, inside, strict=True) if dim.shard_start(s) != b)
+        nshards = [dim.nshards for dim in layout.dims]
+        uncut = math.prod(n - len(c) for n, c in zip(nshards, cut, strict=True))
+        if (n := math.prod(nshards) - uncut) > MAX_CHUNKS:
+            where = "(one per shard that several dask chunks share)"
+            raise _too_many(n, where, name, "index tasks")
+
+    def shared_shards(region: tuple[slice, ...]) -> list[tuple[int, ...]]:
+        """The shards of a chunk's region that a chunk boundary cuts, in C order."""
+        spans = [
+            dim.shard_range(r.start, r.stop - 1) for dim, r in zip(layout.dims, region, strict=True)
+        ]
+        mine = [[s for s in (rng[0], rng[-1]) if s in c] for rng, c in zip(spans, cut, strict=True)]
+        out: set[tuple[int, ...]] = set()
+        for d, here in enumerate(mine):  # combinations whose first cut coordinate is d's
+            if here:
+                before = [[s for s in spans[j] if s not in cut[j]] for j in range(d)]
+                out.update(itertools.product(*before, sorted(set(here)), *spans[d + 1 :]))
+        return sorted(out)
 
     index_layer: dict[Any, Any] = {}
     read_layer: dict[Any, Any] = {}
-    for key, region in regions.items():
+    for block in itertools.product(*(range(len(c)) for c in chunks)):
+        region = tuple(slice(starts[d][i], starts[d][i + 1]) for d, i in enumerate(block))
+        key: Any = (read_name, *block)
         # a shard only this task reads needs no index task: the task reads it itself,
         # the whole object in one request when it wants most of it
-        shared = [s for s in shards_of[key] if readers_of[s] > 1]
+        empty = not sharded or any(r.stop == r.start for r in region)
+        shared = [] if empty else shared_shards(region)
         if not shared:
             read_layer[key] = Task(key, getter, TaskRef(original), region)
             continue

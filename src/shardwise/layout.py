@@ -303,8 +303,10 @@ class ShardLayout:
         to the inner chunks it touches, grouped by shard in C order."""
         if len(selection) != self.ndim:
             raise IndexError(f"expected {self.ndim} indexers, got {len(selection)}")
+        out_shape = tuple(out_len(d, s) for d, s in zip(self.dims, selection, strict=True))
+        if 0 in out_shape:  # nothing selected: no pieces to work out (however many chunks)
+            return ReadPlan(out_shape, (), True)
         per_dim = [d.pieces(s) for d, s in zip(self.dims, selection, strict=True)]
-        out_shape = tuple(_out_len(d, s) for d, s in zip(self.dims, selection, strict=True))
         grouped: list[list[tuple[int, list[DimPiece]]]] = []
         for pieces in per_dim:
             groups: dict[int, list[DimPiece]] = {}
@@ -329,7 +331,8 @@ class ShardLayout:
         return ReadPlan(out_shape, tuple(shard_reads), basic)
 
 
-def _out_len(dim: DimGrid, sel: slice | npt.ArrayLike) -> int:
+def out_len(dim: DimGrid, sel: slice | npt.ArrayLike) -> int:
+    """How many elements a selection takes along one dimension."""
     if isinstance(sel, slice):
         return len(range(*sel.indices(dim.extent)))
     return int(np.asarray(sel).size)

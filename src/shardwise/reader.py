@@ -18,7 +18,7 @@ import numpy.typing as npt
 from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import CorruptShardError, NotAZarrStoreError, TruncatedShardError
 from shardwise.index import EMPTY
-from shardwise.layout import ReadPlan, Sel, ShardRead
+from shardwise.layout import ReadPlan, Sel, ShardRead, out_len
 from shardwise.metadata import ArrayInfo, unknown_codec_error
 from shardwise.storage import (
     ABSENT,
@@ -166,15 +166,18 @@ class ArrayReader:
                 drop.append(axis)
             else:
                 sel.append(s)
-        plan = self.info.layout.plan(sel)
-        out = self._execute(plan)
+        layout = self.info.layout
+        if len(sel) != layout.ndim:
+            raise IndexError(f"expected {layout.ndim} indexers, got {len(sel)}")
+        # the output first: a selection too large for memory fails here, at once, before
+        # its inner chunks are listed
+        out = np.empty(tuple(map(out_len, layout.dims, sel)), dtype=self.dtype)
+        if out.size:
+            self._execute(layout.plan(sel), out)
         return out.reshape(tuple(n for i, n in enumerate(out.shape) if i not in drop))
 
     # -- execution -----------------------------------------------------------------------
-    def _execute(self, plan: ReadPlan) -> npt.NDArray[Any]:
-        out = np.empty(plan.out_shape, dtype=self.dtype)
-        if out.size == 0:
-            return out
+    def _execute(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
         from zarr.core.sync import sync
 
         fetched = sync(self._fetch_all(plan))
@@ -197,7 +200,6 @@ class ArrayReader:
                     out[c.out] = arr[c.local]
                 else:
                     out[_ix(c.out)] = arr[_ix(c.local)]
-        return out
 
     async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
         sem = asyncio.Semaphore(self.options.concurrency)
