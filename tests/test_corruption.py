@@ -11,8 +11,9 @@ Two halves:
 - hypothesis fuzzing of the index decoder, the shard and inner-chunk decoders, the
   metadata reader and whole shard objects: only documented exceptions escape.
 
-tests/test_errors.py has the first corruption tests; these extend them. Known bugs are
-``xfail(strict=True)`` with the exception that escapes today.
+tests/test_errors.py has the first corruption tests; these extend them. A bug found
+here is pinned as ``xfail(strict=True)`` (with the exception that escapes) until fixed;
+none is open.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import textwrap
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from shardwise import (
     UnsupportedArrayError,
     UnsupportedCodecError,
 )
+from shardwise.backend import _ENGINE_KINDS
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
 from shardwise.index import EMPTY, IndexFormat, check_entries
 from shardwise.metadata import ArrayInfo
@@ -255,7 +257,6 @@ class Case:
     config: dict[str, Any]
     corrupt: Callable[[bytearray, IndexFormat], bytes | bytearray]
     expect: Expect | dict[str, Expect]
-    xfail: dict[str, tuple[type[BaseException], str]] = field(default_factory=dict)
 
 
 def flip_chunk_byte(inner: tuple[int, int], where: int) -> Callable[..., bytearray]:
@@ -487,11 +488,7 @@ def _case_params() -> list[Any]:
     params = []
     for case in CASES:
         for name in READERS:
-            marks = []
-            if name in case.xfail:
-                raises, reason = case.xfail[name]
-                marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
-            params.append(pytest.param(case, name, id=f"{case.id}-{name}", marks=marks))
+            params.append(pytest.param(case, name, id=f"{case.id}-{name}"))
     return params
 
 
@@ -649,106 +646,51 @@ def test_zero_shard_shape_is_repaired_by_zarr(make_store, reader) -> None:
         assert_error(READERS[reader], path, ChecksumError, key=ALL_KEYS, chunk=None)
 
 
-# impossible metadata: what escapes ArrayReader.open / the engine / open_dataset today
-META_BUG = (
-    "bug: zarr-python's metadata validation error escapes unwrapped (ArrayReader.open, "
-    "backend._open_zarr_stores and api.open_dataset do not turn it into "
-    "UnsupportedArrayError naming the array 'v' and the key 'v/zarr.json')"
-)
-META_TYPE_BUG = META_BUG + "; worse, it is a {}, not even a ValueError"
+# impossible metadata: zarr-python's and xarray's own errors on each document become an
+# UnsupportedArrayError naming the array and its zarr.json
+META_CASES: list[tuple[str, Callable[..., None]]] = [
+    ("inner-does-not-divide-shard", set_inner([3, 3])),
+    ("inner-larger-than-shard", set_inner([16, 16])),
+    ("inner-zero", set_inner([0, 4])),
+    ("inner-negative", set_inner([-4, 4])),
+    ("inner-wrong-ndim", set_inner([4, 4, 4])),
+    ("inner-float", set_inner([4.0, 4])),  # zarr-python: TypeError
+    ("shape-negative", set_field("shape", [-1, 16])),
+    ("shape-wrong-ndim", set_field("shape", [16, 16, 16])),
+    ("shape-too-large-for-numpy", set_field("shape", [2**63, 16])),  # xarray: OverflowError
+    ("grid-negative", set_grid([-8, 8])),
+    ("grid-wrong-ndim", set_grid([8])),
+    ("grid-unknown", lambda m: m["chunk_grid"].__setitem__("name", "hexagonal")),
+    ("sharding-without-chunk-shape", lambda m: sharding(m).pop("chunk_shape")),  # TypeError
+    ("fill-value-of-wrong-type", set_field("fill_value", "abc")),  # TypeError
+    ("index-location-middle", lambda m: sharding(m).__setitem__("index_location", "middle")),
+    (
+        "storage-transformers",
+        set_field("storage_transformers", [{"name": "sharding", "configuration": {}}]),
+    ),
+    ("zarr-format-2-in-v3-document", set_field("zarr_format", 2)),  # zarr-python: KeyError
+    ("no-node-type", lambda m: m.pop("node_type")),
+    ("no-dimension-names", lambda m: m.pop("dimension_names")),  # xarray: KeyError
+]
 
 
-def _meta_params() -> list[Any]:
-    value_error = (ValueError, META_BUG)
-    cases: list[tuple[str, Callable[..., None], dict[str, tuple[type[BaseException], str]]]] = [
-        ("inner-does-not-divide-shard", set_inner([3, 3]), {}),
-        ("inner-larger-than-shard", set_inner([16, 16]), {}),
-        ("inner-zero", set_inner([0, 4]), {}),
-        ("inner-negative", set_inner([-4, 4]), {}),
-        ("inner-wrong-ndim", set_inner([4, 4, 4]), {}),
-        ("inner-float", set_inner([4.0, 4]), {"*": (TypeError, META_TYPE_BUG.format("TypeError"))}),
-        ("shape-negative", set_field("shape", [-1, 16]), {}),
-        ("shape-wrong-ndim", set_field("shape", [16, 16, 16]), {}),
-        ("grid-negative", set_grid([-8, 8]), {}),
-        ("grid-wrong-ndim", set_grid([8]), {}),
-        ("grid-unknown", lambda m: m["chunk_grid"].__setitem__("name", "hexagonal"), {}),
-        (
-            "sharding-without-chunk-shape",
-            lambda m: sharding(m).pop("chunk_shape"),
-            {"*": (TypeError, META_TYPE_BUG.format("TypeError"))},
-        ),
-        (
-            "fill-value-of-wrong-type",
-            set_field("fill_value", "abc"),
-            {"*": (TypeError, META_TYPE_BUG.format("TypeError"))},
-        ),
-        (
-            "index-location-middle",
-            lambda m: sharding(m).__setitem__("index_location", "middle"),
-            {},
-        ),
-        (
-            "storage-transformers",
-            set_field("storage_transformers", [{"name": "sharding", "configuration": {}}]),
-            {
-                "reader": (
-                    ValueError,
-                    "bug: docs/index.md documents UnsupportedArrayError for storage "
-                    "transformers, but ArrayReader.open lets zarr.open_array's plain "
-                    "ValueError escape (ArrayInfo.from_metadata's check is never reached)",
-                ),
-                "*": (
-                    AssertionError,
-                    "bug: UnsupportedArrayError from ArrayInfo.from_metadata has "
-                    "key=None: it names no store key (expected 'v/zarr.json')",
-                ),
-            },
-        ),
-        (
-            "zarr-format-2-in-v3-document",
-            set_field("zarr_format", 2),
-            {
-                "reader": (
-                    KeyError,
-                    "bug: ArrayReader.open lets zarr-python's KeyError('dtype') escape "
-                    "(zarr.open_array parses the document as Zarr v2)",
-                ),
-            },
-        ),
-    ]
-    params = []
-    for name, mutate, bugs in cases:
-        for reader in OPENERS:
-            raises, reason = bugs.get(reader, bugs.get("*", value_error))
-            mark = pytest.mark.xfail(strict=True, raises=raises, reason=reason)
-            params.append(pytest.param(mutate, reader, id=f"{name}-{reader}", marks=[mark]))
-    return params
-
-
-@pytest.mark.parametrize(("mutate", "reader"), _meta_params())
-def test_impossible_metadata(make_store, mutate, reader) -> None:
-    """Impossible shapes and malformed documents: the issue asks for a ShardwiseError
-    naming the array and its zarr.json. Every case is a known bug today; the xfail
-    records the exception that escapes instead (``raises=``)."""
+@pytest.mark.parametrize("reader", OPENERS)
+@pytest.mark.parametrize(("name", "mutate"), META_CASES, ids=[c[0] for c in META_CASES])
+def test_impossible_metadata(make_store, name, mutate, reader) -> None:
+    """Impossible shapes and malformed documents: an UnsupportedArrayError naming the
+    array and its zarr.json, whatever zarr-python or xarray raised underneath."""
     path = make_store()
     edit_metadata(path, mutate)
-    with pytest.raises(ShardwiseError) as info:
+    if name == "no-dimension-names" and reader == "reader":
+        assert ArrayReader.open(path, "v").shape == (16, 16)  # only xarray needs them
+        return
+    with pytest.raises(UnsupportedArrayError) as info:
         READERS[reader](path)
-    assert isinstance(info.value, UnsupportedArrayError | UnsupportedCodecError)
     assert info.value.array == "v"
     assert info.value.key == "v/zarr.json"
+    assert "zarr.json" in str(info.value)
 
 
-UNNAMED_CODEC_BUG = (
-    "bug: metadata.unknown_codec_error finds the codec name with the regex "
-    "\"codec '([^']+)'\", which does not match an empty name (or one holding a quote): the "
-    "UnsupportedCodecError then names neither the array nor the key (array=None, "
-    "key=None), though the caller knows the array path; found by "
-    "test_fuzz_metadata_no_internal_errors"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=UNNAMED_CODEC_BUG)
 @pytest.mark.parametrize("reader", OPENERS)
 @pytest.mark.parametrize("name", ["", "it's"], ids=["empty", "quote"])
 def test_unknown_codec_with_odd_name(make_store, name, reader) -> None:
@@ -770,21 +712,6 @@ def test_impossible_metadata_fails_at_open_not_later(make_store) -> None:
         xr.open_dataset(path, engine="shardwise", consolidated=False)
     with pytest.raises(ValueError):
         shardwise.open_dataset(path, consolidated=False)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="bug (minor): a shape >= 2**63 makes xarray's LazilyIndexedArray raise "
-    "OverflowError in xr.open_dataset(engine='shardwise'); ArrayInfo.from_metadata could "
-    "refuse it with UnsupportedArrayError (ArrayReader.open accepts it and reads fine)",
-)
-def test_shape_too_large_for_numpy(make_store) -> None:
-    path = make_store()
-    edit_metadata(path, set_field("shape", [2**63, 16]))
-    np.testing.assert_array_equal(ArrayReader.open(path, "v")[:2, :2], DATA[:2, :2])
-    with pytest.raises(UnsupportedArrayError):
-        xr.open_dataset(path, engine="shardwise", consolidated=False)
 
 
 def run_with_deadline(code: str, seconds: int = 2) -> str:
@@ -1420,6 +1347,28 @@ def _mutated_metadata_store(mutations: list[tuple[Any, ...]]) -> MemoryStore:
     return MemoryStore(contents)
 
 
+class DelegatedReadError(Exception):
+    """What zarr-python raised reading a variable shardwise hands to it (strings and
+    other types outside ``backend._ENGINE_KINDS``, read by xarray's zarr wrapper)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+def _read_first(v: xr.DataArray, compute: bool = False) -> None:
+    """Read one element; zarr-python's errors on variables it reads are wrapped."""
+    try:
+        sub = v[(0,) * v.ndim]
+        _ = sub.compute() if compute else sub.values
+    except ShardwiseError:
+        raise
+    except Exception as e:
+        if v.dtype.kind in _ENGINE_KINDS:
+            raise
+        raise DelegatedReadError(e) from e
+
+
 def _open_everything(store: MemoryStore) -> list[BaseException]:
     """Open the array through ArrayReader, the engine and (for small arrays) the fan-out
     graph, reading one element each; the exceptions raised."""
@@ -1442,7 +1391,7 @@ def _open_everything(store: MemoryStore) -> list[BaseException]:
         with xr.open_dataset(store, engine="shardwise", consolidated=False) as ds:
             for v in ds.data_vars.values():
                 if v.ndim and v.size:
-                    _ = v[(0,) * v.ndim].values
+                    _read_first(v)
 
     def fanout() -> None:
         r = ArrayReader.open(store, "v")
@@ -1456,7 +1405,7 @@ def _open_everything(store: MemoryStore) -> list[BaseException]:
         with shardwise.open_dataset(store, chunks="inner", consolidated=False) as ds:
             for v in ds.data_vars.values():
                 if v.size:
-                    v[(0,) * v.ndim].compute()
+                    _read_first(v, compute=True)
 
     for fn in (reader, engine, fanout):
         attempt(fn)
@@ -1478,28 +1427,26 @@ def test_fuzz_metadata_no_internal_errors(mutations: list[tuple[Any, ...]]) -> N
         event("opened and read")
     for e in errors:
         event(f"{type(e).__module__.split('.')[0]}.{type(e).__name__}")
-        if isinstance(e, UnsupportedCodecError) and e.array is None:
-            continue  # a known bug: test_unknown_codec_with_odd_name
+        if isinstance(e, DelegatedReadError):
+            e = e.error
         if isinstance(e, ShardwiseError):
             assert e.array == "v", repr(e)
         else:
             assert not _raised_in_shardwise(e), "".join(traceback.format_exception(e))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(TypeError, KeyError),
-    reason="bug: zarr-python's metadata parsing raises TypeError (parse_shapelike, "
-    "parse_named_configuration, parse_name, from_json_scalar, ShardingCodec.from_dict, ...) "
-    "and KeyError (ArrayV3Metadata.from_dict), xarray a KeyError for missing "
-    "dimension_names; ArrayReader.open, the engine and open_dataset let them escape, "
-    "though the docs promise ValueError subclasses (UnsupportedArrayError)",
-)
 @given(metadata_mutations)
 @example([(("fill_value",), "abc", False)])
 @settings(FUZZ, max_examples=60)
 def test_fuzz_metadata_only_documented_errors(mutations: list[tuple[Any, ...]]) -> None:
-    """Mutated zarr.json documents: only ShardwiseErrors or ValueErrors escape."""
+    """Mutated zarr.json documents: only ShardwiseErrors escape, each naming the array
+    and, when the document is at fault, its zarr.json (reads of variables zarr-python
+    reads for shardwise, strings, raise zarr-python's ValueErrors on bad data)."""
     for e in _open_everything(_mutated_metadata_store(mutations)):
-        if not isinstance(e, ShardwiseError | ValueError):
+        if isinstance(e, DelegatedReadError) and isinstance(e.error, ValueError):
+            continue
+        if not isinstance(e, ShardwiseError):
             raise e
+        assert e.array == "v", repr(e)
+        if isinstance(e, UnsupportedArrayError | UnsupportedCodecError):
+            assert e.key == "v/zarr.json", repr(e)

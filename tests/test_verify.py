@@ -73,9 +73,9 @@ def test_reads_each_shard_once_to_check_inner_checksums(tmp_path):
     assert sorted((r.key, r.byte_range) for r in gets) == [
         (f"v/c/{i}/0", "whole") for i in range(3)
     ]
-    assert report.bytes_read == sum(
-        (tmp_path / "s.zarr" / "v" / "c" / str(i) / "0").stat().st_size for i in range(3)
-    )
+    shards = [tmp_path / "s.zarr" / "v" / "c" / str(i) / "0" for i in range(3)]
+    documents = [tmp_path / "s.zarr" / "zarr.json", tmp_path / "s.zarr" / "v" / "zarr.json"]
+    assert report.bytes_read == sum(f.stat().st_size for f in shards + documents)
 
 
 def test_flipped_byte_in_an_inner_chunk(tmp_path):
@@ -152,3 +152,34 @@ def test_unsharded_chunks_with_checksums(tmp_path):
     flip(tmp_path / "s.zarr" / "u" / "c" / "2", 5)
     report = shardwise.verify(tmp_path / "s.zarr")
     assert [(p.key, p.error) for p in report.problems] == [("u/c/2", "ChecksumError")]
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:zarr.errors.ZarrUserWarning")
+def test_a_zarr_json_that_cannot_be_read_is_a_problem_not_an_exception(tmp_path, capsys):
+    """A damaged document is reported with its key (the other arrays are still checked),
+    from the documents themselves: consolidated metadata does not hide it."""
+    path = tmp_path / "s.zarr"
+    make(path, crc_chunks=True)
+    make(path, crc_chunks=True, group="g")
+    zarr.consolidate_metadata(LocalStore(path))  # a good copy of every document
+    doc = path / "v" / "zarr.json"
+    doc.write_text(doc.read_text().replace('"shape": [\n    40,', '"shape": [\n    -40,'))
+    assert '"shape": [\n    -40,' in doc.read_text()
+    report = shardwise.verify(path)
+    assert report.bad_keys == ["v/zarr.json"] and report.arrays == ["g/v"]
+    (problem,) = report.problems
+    assert (problem.array, problem.error) == ("v", "UnsupportedArrayError")
+    assert "non-negative" in problem.message  # zarr-python's own words, kept
+    assert report.shards == 3  # g/v's, all of them
+    assert main(["verify", str(path)]) == 1
+    assert "v/zarr.json: UnsupportedArrayError" in capsys.readouterr().out
+
+
+def test_no_zarr_v3_metadata_here(tmp_path, capsys):
+    with pytest.raises(shardwise.NotAZarrStoreError, match="found nothing"):
+        shardwise.verify(tmp_path / "nothing.zarr")
+    zarr.open_group(LocalStore(tmp_path / "v2.zarr"), mode="w", zarr_format=2)
+    with pytest.raises(shardwise.NotAZarrStoreError, match="Zarr v2 metadata"):
+        shardwise.verify(tmp_path / "v2.zarr")
+    assert main(["verify", str(tmp_path / "v2.zarr")]) == 2
+    assert "error: no Zarr v3 group or array here" in capsys.readouterr().err

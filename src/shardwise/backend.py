@@ -12,7 +12,8 @@ shape, so ``chunks={}`` gives one dask chunk per shard.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from xarray.backends import BackendArray, BackendEntrypoint
@@ -129,17 +130,14 @@ def _read_options(read_options: Any) -> ReadOptions:
 
 def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **kwargs: Any) -> Any:
     """xarray's ``ZarrStore.open_group`` (or ``open_store`` for all groups), with zarr's
-    "nothing here" and "unknown codec" errors turned into shardwise's."""
+    "nothing here" error turned into shardwise's."""
     from xarray.backends.zarr import ZarrStore
-    from zarr.errors import UnknownCodecError
 
     from shardwise.errors import NotAZarrStoreError
-    from shardwise.metadata import unknown_codec_error
+    from shardwise.metadata import metadata_key
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
-    where = (
-        os.fspath(filename_or_obj) if isinstance(filename_or_obj, os.PathLike) else filename_or_obj
-    )
+    where = _where(filename_or_obj)
     try:
         return opener(where, group=group, mode="r", consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:
@@ -148,20 +146,48 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
             expected="a Zarr group (zarr.json) at the given path and group",
             found=f"{type(e).__name__}: {e}",
             array=group or "/",
-            key=f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json",
+            key=metadata_key(group or ""),
             advice=f"Check the path {where!r} and group {group!r}; write the store with "
             "shardwise, xarray or zarr-python first.",
         ) from e
-    except UnknownCodecError as e:
-        import zarr
 
-        try:
-            store = zarr.open_group(
-                where, mode="r", storage_options=kwargs.get("storage_options")
-            ).store
-        except Exception:
-            store = None
-        raise unknown_codec_error(store, group or "", e) from e
+
+def _where(filename_or_obj: Any) -> Any:
+    return (
+        os.fspath(filename_or_obj) if isinstance(filename_or_obj, os.PathLike) else filename_or_obj
+    )
+
+
+@contextmanager
+def _naming_bad_metadata(
+    filename_or_obj: Any,
+    group: str | None,
+    storage_options: dict[str, Any] | None,
+    *,
+    depth: int | None,
+) -> Iterator[None]:
+    """Turn what zarr-python and xarray raise on a damaged ``zarr.json`` (``ValueError``,
+    ``TypeError``, ``KeyError``, ``OverflowError``, an unknown codec...) into shardwise's
+    error naming the document; anything else passes through unchanged."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.metadata import metadata_error
+
+    try:
+        yield
+    except ShardwiseError:
+        raise
+    except Exception as e:
+        err = metadata_error(
+            _where(filename_or_obj),
+            group or "",
+            e,
+            storage_options=storage_options,
+            depth=depth,
+            need_dims=True,
+        )
+        if err is e:
+            raise
+        raise err from e
 
 
 def open_backend_dataset(
@@ -179,17 +205,19 @@ def open_backend_dataset(
     from xarray.backends.store import StoreBackendEntrypoint
     from xarray.core.utils import close_on_error
 
-    zarr_store = _open_zarr_stores(
-        filename_or_obj,
-        group=group,
-        many=False,
-        consolidated=consolidated,
-        storage_options=storage_options,
-        zarr_format=zarr_format,
-    )
-    store = _ShardwiseDataStore(zarr_store, _read_options(read_options))
-    with close_on_error(store):
-        ds = StoreBackendEntrypoint().open_dataset(store, **decode)
+    options = _read_options(read_options)
+    with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1):
+        zarr_store = _open_zarr_stores(
+            filename_or_obj,
+            group=group,
+            many=False,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
+        store = _ShardwiseDataStore(zarr_store, options)
+        with close_on_error(store):
+            ds = StoreBackendEntrypoint().open_dataset(store, **decode)
     return ds, store.readers
 
 
@@ -287,29 +315,30 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         from xarray.core.utils import close_on_error
 
         parent = str(NodePath("/") / NodePath(group)) if group else "/"
-        zarr_stores = _open_zarr_stores(
-            filename_or_obj,
-            group=parent,
-            many=True,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-        )
         options = _read_options(read_options)
         out: dict[str, Dataset] = {}
-        for path, zarr_store in zarr_stores.items():
-            store = _ShardwiseDataStore(zarr_store, options)
-            with close_on_error(store):
-                ds = StoreBackendEntrypoint().open_dataset(
-                    store,
-                    mask_and_scale=mask_and_scale,
-                    decode_times=decode_times,
-                    concat_characters=concat_characters,
-                    decode_coords=decode_coords,
-                    drop_variables=drop_variables,
-                    use_cftime=use_cftime,
-                    decode_timedelta=decode_timedelta,
-                )
-            name = str(NodePath(path).relative_to(parent)) if group else str(NodePath(path))
-            out[name] = ds
+        with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
+            zarr_stores = _open_zarr_stores(
+                filename_or_obj,
+                group=parent,
+                many=True,
+                consolidated=consolidated,
+                storage_options=storage_options,
+                zarr_format=zarr_format,
+            )
+            for path, zarr_store in zarr_stores.items():
+                store = _ShardwiseDataStore(zarr_store, options)
+                with close_on_error(store):
+                    ds = StoreBackendEntrypoint().open_dataset(
+                        store,
+                        mask_and_scale=mask_and_scale,
+                        decode_times=decode_times,
+                        concat_characters=concat_characters,
+                        decode_coords=decode_coords,
+                        drop_variables=drop_variables,
+                        use_cftime=use_cftime,
+                        decode_timedelta=decode_timedelta,
+                    )
+                name = str(NodePath(path).relative_to(parent)) if group else str(NodePath(path))
+                out[name] = ds
         return out

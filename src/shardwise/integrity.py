@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,31 +85,82 @@ def verify(
 ) -> VerifyReport:
     """Check every shard's index and checksums under ``group`` (and its subgroups) of
     ``store`` (a path, URL or zarr ``Store``); see the module docstring. Never raises for
-    bad data: everything found is in the returned :class:`VerifyReport`."""
-    import zarr
+    bad data: everything found is in the returned :class:`VerifyReport`, a ``zarr.json``
+    that cannot be read included (its arrays' shards are then not checked)."""
     from zarr.core.sync import sync
+    from zarr.storage._common import make_store_path
 
-    from shardwise.metadata import ArrayInfo
+    from shardwise.errors import NotAZarrStoreError
+    from shardwise.metadata import metadata_key
+
+    try:
+        where = sync(make_store_path(store, mode="r", storage_options=storage_options))
+    except FileNotFoundError:
+        where = None
+    base = (group or "").strip("/")
+    if where is not None:
+        base = "/".join(p for p in (where.path.strip("/"), base) if p)
+    report = VerifyReport()
+    docs = {} if where is None else sync(_documents(where.store, base))
+    if where is None or metadata_key(base) not in docs:
+        v2 = where is not None and any(
+            sync(where.store.exists(f"{base}/{name}" if base else name))
+            for name in (".zgroup", ".zarray")
+        )
+        raise NotAZarrStoreError(
+            "no Zarr v3 group or array here",
+            expected="a zarr.json",
+            found="Zarr v2 metadata (verify checks Zarr v3 shards)" if v2 else "nothing",
+            array=base or "/",
+            key=metadata_key(base),
+            advice=f"Check the path {store!r} and the group {group!r}.",
+        )
+    report.requests += 1 + len(docs)
+    report.bytes_read += sum(len(raw) for raw in docs.values())
+    for key, raw in sorted(docs.items()):
+        array = _array_of(where.store, key, raw, report)
+        if array is not None:
+            sync(_verify_array(array, report, decode))
+    return report
+
+
+async def _documents(store: Any, base: str) -> dict[str, bytes]:
+    """Every ``zarr.json`` under ``base``, by key."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    under = f"{base}/" if base else ""
+    keys = [
+        k
+        async for k in store.list_prefix(under)
+        if k == f"{under}zarr.json" or k.endswith("/zarr.json")
+    ]
+    bufs = await asyncio.gather(*(store.get(k, default_buffer_prototype()) for k in keys))
+    return {k: b.to_bytes() for k, b in zip(keys, bufs, strict=True) if b is not None}
+
+
+def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> Any:
+    """The reader of the Zarr v3 array a document describes (None for a group, or for a
+    document that cannot be read, which becomes a problem in ``report``)."""
+    import json
+
+    from zarr.core.metadata import ArrayV3Metadata
+
+    from shardwise.metadata import ArrayInfo, check_document
     from shardwise.reader import ArrayReader
 
-    root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
-    report = VerifyReport()
-    arrays = []
-    for _, node in root.members(max_depth=None):
-        if isinstance(node, zarr.Array) and node.metadata.zarr_format == 3:
-            arrays.append(node)
-    for arr in sorted(arrays, key=lambda a: a.path):
-        name = arr.path or "/"
-        report.arrays.append(name)
+    path = key.removesuffix("zarr.json").strip("/")
+    problem = check_document(raw, key)
+    if problem is None:
+        doc = json.loads(raw)
+        if doc.get("node_type") != "array":
+            return None
+        report.arrays.append(path or "/")
         try:
-            info = ArrayInfo.from_metadata(arr.metadata, arr.path)
-        except ShardwiseError as e:
-            key = f"{arr.path}/zarr.json" if arr.path else "zarr.json"
-            report.problems.append(Problem(name, key, None, type(e).__name__, str(e)))
-            continue
-        reader = ArrayReader(arr.store_path.store, info)
-        sync(_verify_array(reader, report, decode))
-    return report
+            return ArrayReader(store, ArrayInfo.from_metadata(ArrayV3Metadata.from_dict(doc), path))
+        except ShardwiseError as e:  # codecs shardwise cannot read
+            problem = e
+    report.problems.append(Problem(path or "/", key, None, type(problem).__name__, str(problem)))
+    return None
 
 
 def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:
@@ -244,6 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--group", default=None)
     parser.add_argument("--decode", action="store_true", help="decode every inner chunk too")
     args = parser.parse_args(argv)
-    report = verify(args.store, args.group, decode=args.decode)
+    try:
+        report = verify(args.store, args.group, decode=args.decode)
+    except ShardwiseError as e:  # nothing to verify there
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(report)
     return 0 if report.ok else 1

@@ -3,65 +3,150 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.errors import ShardwiseError, UnsupportedArrayError, UnsupportedCodecError
 from shardwise.layout import ShardLayout
 
-__all__ = ["ArrayInfo", "unknown_codec_error"]
+__all__ = ["ArrayInfo", "check_document", "metadata_error", "metadata_key"]
 
 
-def unknown_codec_error(store: Any, prefix: str, error: Exception) -> UnsupportedCodecError:
-    """Turn zarr-python's ``UnknownCodecError`` into one that names the array and the
-    metadata key that asks for the codec (found by reading the ``zarr.json`` documents
-    under ``prefix``; only done when opening has already failed)."""
+# The largest extent numpy, dask and xarray can index (int64).
+MAX_EXTENT = 2**63 - 1
+
+
+def metadata_key(path: str) -> str:
+    """The store key of the ``zarr.json`` of the node at ``path``."""
+    path = path.strip("/")
+    return f"{path}/zarr.json" if path else "zarr.json"
+
+
+def metadata_error(
+    store: Any,
+    prefix: str,
+    error: BaseException,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    depth: int | None = 0,
+    need_dims: bool = False,
+) -> BaseException:
+    """What to raise when opening ``store`` (a path, URL or zarr ``Store``) failed with
+    zarr-python's or xarray's own ``error`` (a ``ValueError``, ``TypeError``,
+    ``KeyError``, ``OverflowError``, ``UnknownCodecError``...): the
+    :class:`UnsupportedArrayError` (or :class:`UnsupportedCodecError`) of the first
+    ``zarr.json`` under ``prefix`` that cannot be read, naming its array and key; or
+    ``error`` itself when every document reads (the error then was not the metadata's).
+
+    ``depth`` is how far below ``prefix`` to look (0: its own document; 1: and its
+    children's; None: all). ``need_dims``: xarray also needs a name for each dimension.
+    Only called once opening has failed, so a good store never pays for the listing.
+    """
     from zarr.core.sync import sync
+    from zarr.storage._common import make_store_path
 
-    match = re.search(r"codec '([^']+)'", str(error))
-    codec = match.group(1) if match else None
-    key = array = None
-    if codec is not None and store is not None:
-        try:
-            key = sync(_find_codec_user(store, prefix.strip("/"), codec))
-        except Exception:  # the error below is what matters; finding the key is a bonus
-            key = None
-    if key is not None:
-        array = key.removesuffix("zarr.json").strip("/") or "/"
-    return UnsupportedCodecError(
-        "the array's metadata names a codec zarr-python does not know",
-        expected="a codec registered with zarr-python",
-        found=repr(codec) if codec else str(error),
-        array=array,
-        key=key,
-        advice="Install the package that registers this codec with zarr-python "
-        "(zarr.registry.register_codec), then open again.",
-    )
+    if isinstance(error, ShardwiseError):
+        return error
+    try:
+        where = sync(make_store_path(store, mode="r", storage_options=storage_options))
+        full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
+        # (in a list: zarr's sync raises an exception a coroutine returns)
+        (found,) = sync(_first_bad_document(where.store, full, depth, need_dims))
+    except Exception:  # looking for the culprit must not hide the error itself
+        return error
+    return error if found is None else found
 
 
-async def _find_codec_user(store: Any, prefix: str, codec: str) -> str | None:
+async def _first_bad_document(
+    store: Any, prefix: str, depth: int | None, need_dims: bool
+) -> list[ShardwiseError | None]:
     from zarr.core.buffer import default_buffer_prototype
 
-    async for key in store.list_prefix(f"{prefix}/" if prefix else ""):
-        if not key.endswith("zarr.json"):
-            continue
-        buf = await store.get(key, default_buffer_prototype())
-        if buf is not None and _names_codec(json.loads(buf.to_bytes()).get("codecs"), codec):
-            return str(key)
-    return None
-
-
-def _names_codec(codecs: Any, name: str) -> bool:
-    if isinstance(codecs, list):
-        return any(_names_codec(c, name) for c in codecs)
-    if isinstance(codecs, dict):
-        return codecs.get("name") == name or any(
-            _names_codec(v, name) for v in codecs.values() if isinstance(v, list | dict)
+    keys = [metadata_key(prefix)]
+    if depth is None or depth > 0:
+        under = f"{prefix}/" if prefix else ""
+        found = [k async for k in store.list_prefix(under) if k.endswith("zarr.json")]
+        keys += sorted(
+            k
+            for k in found
+            if k != keys[0] and (depth is None or k[len(under) :].count("/") <= depth)
         )
-    return False
+    for key in keys:
+        buf = await store.get(key, default_buffer_prototype())
+        if buf is not None:
+            problem = check_document(buf.to_bytes(), key, need_dims=need_dims)
+            if problem is not None:
+                return [problem]
+    return [None]
+
+
+def check_document(raw: bytes, key: str, *, need_dims: bool = False) -> ShardwiseError | None:
+    """What is wrong with one ``zarr.json`` document, as the error to raise; None when
+    zarr-python (and shardwise, and xarray when ``need_dims``) can read it."""
+    from zarr.core.group import GroupMetadata
+    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.errors import UnknownCodecError
+
+    path = key.removesuffix("zarr.json").strip("/")
+    name = path or "/"
+
+    def bad(found: str, cls: type[ShardwiseError] = UnsupportedArrayError) -> ShardwiseError:
+        codec = cls is UnsupportedCodecError
+        return cls(
+            "the array's metadata names a codec zarr-python does not know"
+            if codec
+            else "the metadata cannot be read",
+            expected="a codec registered with zarr-python"
+            if codec
+            else "a valid Zarr v3 zarr.json document",
+            found=found,
+            array=name,
+            key=key,
+            advice="Install the package that registers this codec with zarr-python "
+            "(zarr.registry.register_codec), then open again."
+            if codec
+            else "The document is damaged or was not written by a Zarr v3 writer: "
+            "rewrite it (or the array) from its source.",
+        )
+
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        return bad(f"no JSON ({e})")
+    if not isinstance(doc, dict):
+        return bad(f"a JSON {type(doc).__name__}, not an object")
+    if doc.get("zarr_format") != 3:
+        return bad(f"zarr_format {doc.get('zarr_format')!r} in a zarr.json (Zarr v3's name)")
+    node = doc.get("node_type")
+    try:
+        if node == "group":
+            GroupMetadata.from_dict(doc)
+            return None
+        if node != "array":
+            return bad(f"node_type {node!r} (expected 'array' or 'group')")
+        metadata = ArrayV3Metadata.from_dict(doc)
+    except UnknownCodecError as e:
+        return bad(str(e), UnsupportedCodecError)
+    except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
+        return bad(f"{type(e).__name__}: {e}")
+    try:
+        ArrayInfo.from_metadata(metadata, path)
+    except ShardwiseError as e:
+        return e
+    if need_dims:
+        names = metadata.dimension_names
+        ndim = len(metadata.shape)
+        if (names is None and ndim) or (
+            names is not None and (len(names) != ndim or not all(isinstance(n, str) for n in names))
+        ):
+            return bad(
+                f"dimension_names {None if names is None else list(names)!r} for "
+                f"{ndim} dimensions (xarray needs a name for each; open the array with "
+                "shardwise.ArrayReader or zarr-python instead)"
+            )
+    return None
 
 
 @dataclass(frozen=True)
@@ -88,7 +173,17 @@ class ArrayInfo:
                 expected="zarr_format 3",
                 found=f"zarr_format {getattr(metadata, 'zarr_format', '?')}",
                 array=name,
+                key=f"{path.strip('/')}/.zarray" if path.strip("/") else ".zarray",
                 advice="Read Zarr v2 arrays with engine='zarr'.",
+            )
+        key = metadata_key(path)
+        if any(n > MAX_EXTENT for n in metadata.shape):
+            raise UnsupportedArrayError(
+                "shape too large",
+                expected="extents up to 2**63 - 1 (what numpy, dask and xarray can index)",
+                found=str(tuple(metadata.shape)),
+                array=name,
+                key=key,
             )
         if metadata.storage_transformers:
             raise UnsupportedArrayError(
@@ -96,6 +191,7 @@ class ArrayInfo:
                 expected="no storage_transformers",
                 found=str(list(metadata.storage_transformers)),
                 array=name,
+                key=key,
                 advice="Data in the 2022 sharding storage-transformer draft must be migrated "
                 "to the sharding_indexed codec.",
             )
@@ -111,6 +207,7 @@ class ArrayInfo:
                 expected="'regular' or 'rectilinear'",
                 found=type(grid).__name__,
                 array=name,
+                key=key,
             )
         sharding = metadata.sharding_codec
         inner = None if sharding is None else tuple(sharding.chunk_shape)
@@ -122,6 +219,7 @@ class ArrayInfo:
                 expected="inner chunks that divide every shard",
                 found=str(e),
                 array=name,
+                key=key,
             ) from e
         return cls(path=path.strip("/"), metadata=metadata, layout=layout)
 

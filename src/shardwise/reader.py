@@ -16,10 +16,16 @@ import numpy as np
 import numpy.typing as npt
 
 from shardwise.codecs import ChunkDecoder, ShardDecoder
-from shardwise.errors import CorruptShardError, NotAZarrStoreError, TruncatedShardError
+from shardwise.errors import (
+    CorruptShardError,
+    NotAZarrStoreError,
+    ShardwiseError,
+    TruncatedShardError,
+    UnsupportedCodecError,
+)
 from shardwise.index import EMPTY
 from shardwise.layout import ReadPlan, Sel, ShardRead, out_len
-from shardwise.metadata import ArrayInfo, unknown_codec_error
+from shardwise.metadata import ArrayInfo, metadata_error, metadata_key
 from shardwise.storage import (
     ABSENT,
     IN_FLIGHT,
@@ -61,6 +67,7 @@ class ArrayReader:
         self.session = session or uuid.uuid4().hex
         self._token = f"{store_token(store)}#{self.session}"
         self._decoders: dict[tuple[int, ...], ShardDecoder | ChunkDecoder] = {}
+        self.decoder((0,) * info.ndim)  # codecs shardwise cannot read fail here, at open
 
     @classmethod
     def open(
@@ -73,23 +80,27 @@ class ArrayReader:
     ) -> ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``)."""
         import zarr
-        from zarr.errors import UnknownCodecError
 
         try:
             arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
-        except UnknownCodecError as e:
-            root = zarr.open_group(store, mode="r", storage_options=storage_options).store
-            raise unknown_codec_error(root, path, e) from e
+            info = ArrayInfo.from_metadata(arr.metadata, arr.path)
+        except ShardwiseError:
+            raise
         except FileNotFoundError as e:
             raise NotAZarrStoreError(
                 "no Zarr array here",
                 expected="a zarr.json describing an array",
                 found="nothing",
                 array=path or "/",
-                key=f"{path.strip('/')}/zarr.json" if path.strip("/") else "zarr.json",
+                key=metadata_key(path),
                 advice=f"Check the path {store!r} and the array path.",
             ) from e
-        return cls(arr.store_path.store, ArrayInfo.from_metadata(arr.metadata, arr.path), options)
+        except Exception as e:  # zarr-python's own: name the zarr.json that caused it
+            err = metadata_error(store, path, e, storage_options=storage_options)
+            if err is e:
+                raise
+            raise err from e
+        return cls(arr.store_path.store, info, options)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -127,14 +138,24 @@ class ArrayReader:
         dec = self._decoders.get(shape)
         if dec is None:
             info = self.info
-            if info.sharding is not None:
-                dec = ShardDecoder(
-                    info.sharding, shape, info.zdtype, info.fill_value, array=info.name
-                )
-            else:
-                dec = ChunkDecoder(
-                    info.codecs, shape, info.zdtype, info.fill_value, array=info.name
-                )
+            try:
+                if info.sharding is not None:
+                    dec = ShardDecoder(
+                        info.sharding, shape, info.zdtype, info.fill_value, array=info.name
+                    )
+                else:
+                    dec = ChunkDecoder(
+                        info.codecs, shape, info.zdtype, info.fill_value, array=info.name
+                    )
+            except UnsupportedCodecError as e:  # the codecs are the zarr.json's
+                raise UnsupportedCodecError(
+                    e.problem,
+                    array=e.array,
+                    key=metadata_key(info.path),
+                    expected=e.expected,
+                    found=e.found,
+                    advice=e.advice,
+                ) from e
             self._decoders[shape] = dec
         return dec
 
