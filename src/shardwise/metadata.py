@@ -67,7 +67,7 @@ async def _first_bad_document(
     keys = [metadata_key(prefix)]
     if depth is None or depth > 0:
         under = f"{prefix}/" if prefix else ""
-        found = [k async for k in store.list_prefix(under) if k.endswith("zarr.json")]
+        found = [k async for k in store.list_prefix(under) if k.endswith("/zarr.json")]
         keys += sorted(
             k
             for k in found

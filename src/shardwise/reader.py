@@ -284,7 +284,11 @@ class ArrayReader:
         # furthest is read on by the index's length, so a short read tells where the data
         # ends (one request as before; ``index.nbytes`` more bytes)
         tail = decoder.index.nbytes if decoder.index.location == "end" else 0
-        last = max(range(len(groups)), key=lambda g: groups[g][0].stop, default=-1)
+        last = max(  # (zero-length groups make no request)
+            range(len(groups)),
+            key=lambda g: (groups[g][0].stop > groups[g][0].start, groups[g][0].stop),
+            default=-1,
+        )
 
         async def fetch_group(req: ByteRange, members: list[int], extra: int) -> None:
             from zarr.abc.store import RangeByteRequest
