@@ -701,6 +701,31 @@ def test_unknown_codec_with_odd_name(make_store, name, reader) -> None:
     assert (info.value.array, info.value.key) == ("v", "v/zarr.json")
 
 
+class _Unreachable(MemoryStore):
+    """A store whose every read fails as a dead endpoint's would; the keys asked for go
+    to ``ASKED`` (zarr-python makes copies of a store, so not to an attribute)."""
+
+    async def get(self, key: str, prototype: Any = None, byte_range: Any = None) -> Any:
+        ASKED.append(key)
+        raise ConnectionError("endpoint unreachable")
+
+
+ASKED: list[str] = []
+
+
+@pytest.mark.parametrize("reader", ["reader", "engine"])
+def test_io_errors_pass_through_without_a_search_for_bad_metadata(reader) -> None:
+    """Only parse errors send shardwise looking through the documents for a culprit: an
+    I/O error arrives unchanged, and no document is asked for twice."""
+    ASKED.clear()
+    with pytest.raises(ConnectionError, match="endpoint unreachable"):
+        if reader == "reader":
+            ArrayReader.open(_Unreachable(), "v")
+        else:
+            xr.open_dataset(_Unreachable(), engine="shardwise", consolidated=False)
+    assert ASKED and len(ASKED) == len(set(ASKED)), ASKED
+
+
 def test_impossible_metadata_fails_at_open_not_later(make_store) -> None:
     """Whatever escapes, it escapes when opening, before any shard is read: opening never
     returns an object that would read garbage."""

@@ -170,13 +170,13 @@ def _naming_bad_metadata(
     ``TypeError``, ``KeyError``, ``OverflowError``, an unknown codec...) into shardwise's
     error naming the document; anything else passes through unchanged."""
     from shardwise.errors import ShardwiseError
-    from shardwise.metadata import metadata_error
+    from shardwise.metadata import PARSE_ERRORS, metadata_error
 
     try:
         yield
     except ShardwiseError:
         raise
-    except Exception as e:
+    except PARSE_ERRORS as e:
         err = metadata_error(
             _where(filename_or_obj),
             group or "",

@@ -17,6 +17,19 @@ __all__ = ["ArrayInfo", "check_document", "metadata_error", "metadata_key"]
 # The largest extent numpy, dask and xarray can index (int64).
 MAX_EXTENT = 2**63 - 1
 
+# What zarr-python's and xarray's metadata parsing raise on a damaged document (found by
+# fuzzing); I/O errors (OSError) are not among them, so a flaky connection is not
+# answered by more requests looking for a culprit.
+PARSE_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    AttributeError,
+    NotImplementedError,
+)
+
 
 def metadata_key(path: str) -> str:
     """The store key of the ``zarr.json`` of the node at ``path``."""

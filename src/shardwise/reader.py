@@ -25,7 +25,7 @@ from shardwise.errors import (
 )
 from shardwise.index import EMPTY
 from shardwise.layout import ReadPlan, Sel, ShardRead, out_len
-from shardwise.metadata import ArrayInfo, metadata_error, metadata_key
+from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, metadata_key
 from shardwise.storage import (
     ABSENT,
     IN_FLIGHT,
@@ -95,7 +95,7 @@ class ArrayReader:
                 key=metadata_key(path),
                 advice=f"Check the path {store!r} and the array path.",
             ) from e
-        except Exception as e:  # zarr-python's own: name the zarr.json that caused it
+        except PARSE_ERRORS as e:  # zarr-python's own: name the zarr.json that caused it
             err = metadata_error(store, path, e, storage_options=storage_options)
             if err is e:
                 raise
