@@ -11,7 +11,8 @@ keys, so missing shards cost nothing) is checked with as few bytes as the checks
 
 When only the index needs checking, a shard costs its size and one ranged read of its
 index; otherwise one read of the whole object. From a shell: ``python -m shardwise
-verify PATH [--group G] [--decode]``; the exit status is 1 when anything is bad.
+verify PATH [--group G] [--decode]``; the exit status is 1 when anything is bad, 2
+when there is no Zarr v3 group or array to verify.
 """
 
 from __future__ import annotations
