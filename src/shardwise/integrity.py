@@ -142,26 +142,19 @@ async def _documents(store: Any, base: str) -> dict[str, bytes]:
 def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> Any:
     """The reader of the Zarr v3 array a document describes (None for a group, or for a
     document that cannot be read, which becomes a problem in ``report``)."""
-    import json
-
-    from zarr.core.metadata import ArrayV3Metadata
-
-    from shardwise.metadata import ArrayInfo, check_document
+    from shardwise.metadata import read_document
     from shardwise.reader import ArrayReader
 
-    path = key.removesuffix("zarr.json").strip("/")
-    problem = check_document(raw, key)
-    if problem is None:
-        doc = json.loads(raw)
-        if doc.get("node_type") != "array":
+    name = key.removesuffix("zarr.json").strip("/") or "/"
+    try:
+        info = read_document(raw, key)
+        if info is None:
             return None
-        report.arrays.append(path or "/")
-        try:
-            return ArrayReader(store, ArrayInfo.from_metadata(ArrayV3Metadata.from_dict(doc), path))
-        except ShardwiseError as e:  # codecs shardwise cannot read
-            problem = e
-    report.problems.append(Problem(path or "/", key, None, type(problem).__name__, str(problem)))
-    return None
+        report.arrays.append(name)
+        return ArrayReader(store, info)  # raises for codecs shardwise cannot read
+    except ShardwiseError as e:
+        report.problems.append(Problem(name, key, None, type(e).__name__, str(e)))
+        return None
 
 
 def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:

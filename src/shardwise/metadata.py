@@ -11,7 +11,7 @@ import numpy as np
 from shardwise.errors import ShardwiseError, UnsupportedArrayError, UnsupportedCodecError
 from shardwise.layout import ShardLayout
 
-__all__ = ["ArrayInfo", "check_document", "metadata_error", "metadata_key"]
+__all__ = ["ArrayInfo", "metadata_error", "metadata_key", "read_document"]
 
 
 # The largest extent numpy, dask and xarray can index (int64).
@@ -89,77 +89,78 @@ async def _first_bad_document(
     for key in keys:
         buf = await store.get(key, default_buffer_prototype())
         if buf is not None:
-            problem = check_document(buf.to_bytes(), key, need_dims=need_dims)
-            if problem is not None:
+            try:
+                read_document(buf.to_bytes(), key, need_dims=need_dims)
+            except ShardwiseError as problem:
                 return [problem]
     return [None]
 
 
-def check_document(raw: bytes, key: str, *, need_dims: bool = False) -> ShardwiseError | None:
-    """What is wrong with one ``zarr.json`` document, as the error to raise; None when
-    zarr-python (and shardwise, and xarray when ``need_dims``) can read it."""
+def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo | None:
+    """Read one ``zarr.json`` document: the :class:`ArrayInfo` of an array, None for a
+    group. What zarr-python (or shardwise, or xarray when ``need_dims``) cannot read
+    raises :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown
+    codec) naming the array and ``key``, with zarr-python's own message."""
     from zarr.core.group import GroupMetadata
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.errors import UnknownCodecError
 
     path = key.removesuffix("zarr.json").strip("/")
-    name = path or "/"
 
-    def bad(found: str, cls: type[ShardwiseError] = UnsupportedArrayError) -> ShardwiseError:
-        codec = cls is UnsupportedCodecError
-        return cls(
-            "the array's metadata names a codec zarr-python does not know"
-            if codec
-            else "the metadata cannot be read",
-            expected="a codec registered with zarr-python"
-            if codec
-            else "a valid Zarr v3 zarr.json document",
+    def bad(found: str) -> UnsupportedArrayError:
+        return UnsupportedArrayError(
+            "the metadata cannot be read",
+            expected="a valid Zarr v3 zarr.json document",
             found=found,
-            array=name,
+            array=path or "/",
             key=key,
-            advice="Install the package that registers this codec with zarr-python "
-            "(zarr.registry.register_codec), then open again."
-            if codec
-            else "The document is damaged or was not written by a Zarr v3 writer: "
+            advice="The document is damaged or was not written by a Zarr v3 writer: "
             "rewrite it (or the array) from its source.",
         )
 
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
-        return bad(f"no JSON ({e})")
+        raise bad(f"no JSON ({e})") from e
     if not isinstance(doc, dict):
-        return bad(f"a JSON {type(doc).__name__}, not an object")
+        raise bad(f"a JSON {type(doc).__name__}, not an object")
     if doc.get("zarr_format") != 3:
-        return bad(f"zarr_format {doc.get('zarr_format')!r} in a zarr.json (Zarr v3's name)")
+        raise bad(f"zarr_format {doc.get('zarr_format')!r} in a zarr.json (Zarr v3's name)")
     node = doc.get("node_type")
+    if node not in ("array", "group"):
+        raise bad(f"node_type {node!r} (expected 'array' or 'group')")
     try:
         if node == "group":
             GroupMetadata.from_dict(doc)
             return None
-        if node != "array":
-            return bad(f"node_type {node!r} (expected 'array' or 'group')")
         metadata = ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
-        return bad(str(e), UnsupportedCodecError)
+        raise UnsupportedCodecError(
+            "the array's metadata names a codec zarr-python does not know",
+            expected="a codec registered with zarr-python",
+            found=str(e),
+            array=path or "/",
+            key=key,
+            advice="Install the package that registers this codec with zarr-python "
+            "(zarr.registry.register_codec), then open again.",
+        ) from e
     except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
-        return bad(f"{type(e).__name__}: {e}")
-    try:
-        ArrayInfo.from_metadata(metadata, path)
-    except ShardwiseError as e:
-        return e
-    if need_dims:
-        names = metadata.dimension_names
-        ndim = len(metadata.shape)
-        if (names is None and ndim) or (
+        raise bad(f"{type(e).__name__}: {e}") from e
+    info = ArrayInfo.from_metadata(metadata, path)
+    names = metadata.dimension_names
+    ndim = len(metadata.shape)
+    if need_dims and (
+        (names is None and ndim)
+        or (
             names is not None and (len(names) != ndim or not all(isinstance(n, str) for n in names))
-        ):
-            return bad(
-                f"dimension_names {None if names is None else list(names)!r} for "
-                f"{ndim} dimensions (xarray needs a name for each; open the array with "
-                "shardwise.ArrayReader or zarr-python instead)"
-            )
-    return None
+        )
+    ):
+        raise bad(
+            f"dimension_names {None if names is None else list(names)!r} for "
+            f"{ndim} dimensions (xarray needs a name for each; open the array with "
+            "shardwise.ArrayReader or zarr-python instead)"
+        )
+    return info
 
 
 @dataclass(frozen=True)

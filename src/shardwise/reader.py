@@ -188,8 +188,6 @@ class ArrayReader:
             else:
                 sel.append(s)
         layout = self.info.layout
-        if len(sel) != layout.ndim:
-            raise IndexError(f"expected {layout.ndim} indexers, got {len(sel)}")
         # the output first: a selection too large for memory fails here, at once, before
         # its inner chunks are listed
         out = np.empty(tuple(map(out_len, layout.dims, sel)), dtype=self.dtype)
