@@ -302,14 +302,13 @@ def _as_dataset(obj: Any) -> Any:
 
 def _overlay_of(store: Any, storage_options: Any) -> Any:
     """A copy-on-write view of ``store`` (an empty one when nothing exists there yet)."""
-    from zarr.core.sync import sync
     from zarr.storage import MemoryStore, StorePath
-    from zarr.storage._common import make_store_path
 
     from shardwise.overlay import OverlayStore
+    from shardwise.storage import read_only_store_path
 
     try:
-        base = sync(make_store_path(store, mode="r", storage_options=storage_options))
+        base = read_only_store_path(store, storage_options)
     except FileNotFoundError:
         return StorePath(OverlayStore(MemoryStore()), "")
     return StorePath(OverlayStore(base.store), base.path)

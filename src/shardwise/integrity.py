@@ -89,13 +89,13 @@ def verify(
     bad data: everything found is in the returned :class:`VerifyReport`, a ``zarr.json``
     that cannot be read included (its arrays' shards are then not checked)."""
     from zarr.core.sync import sync
-    from zarr.storage._common import make_store_path
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.metadata import metadata_key
+    from shardwise.storage import read_only_store_path
 
     try:
-        where = sync(make_store_path(store, mode="r", storage_options=storage_options))
+        where = read_only_store_path(store, storage_options)
     except FileNotFoundError:
         where = None
     base = (group or "").strip("/")

@@ -58,12 +58,13 @@ def metadata_error(
     Only called once opening has failed, so a good store never pays for the listing.
     """
     from zarr.core.sync import sync
-    from zarr.storage._common import make_store_path
+
+    from shardwise.storage import read_only_store_path
 
     if isinstance(error, ShardwiseError):
         return error
     try:
-        where = sync(make_store_path(store, mode="r", storage_options=storage_options))
+        where = read_only_store_path(store, storage_options)
         full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
         # (in a list: zarr's sync raises an exception a coroutine returns)
         (found,) = sync(_first_bad_document(where.store, full, depth, need_dims))

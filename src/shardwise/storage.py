@@ -29,6 +29,7 @@ __all__ = [
     "clear_index_cache",
     "coalesce",
     "index_cache",
+    "read_only_store_path",
     "set_index_cache_size",
     "store_token",
 ]
@@ -198,6 +199,16 @@ def set_index_cache_size(max_bytes: int) -> None:
 def clear_index_cache() -> None:
     """Forget every cached shard index in this process."""
     _CACHE.clear()
+
+
+def read_only_store_path(store: Any, storage_options: dict[str, Any] | None = None) -> Any:
+    """zarr-python's ``StorePath`` (a ``Store`` and a path in it) for ``store``, a path,
+    URL or ``Store``, opened read-only as ``zarr.open`` would. ``FileNotFoundError`` when
+    a local path does not exist."""
+    from zarr.core.sync import sync
+    from zarr.storage._common import make_store_path  # zarr's own, not public
+
+    return sync(make_store_path(store, mode="r", storage_options=storage_options))
 
 
 def store_token(store: Any) -> str:
