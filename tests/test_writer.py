@@ -13,11 +13,12 @@ from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore, MemoryStore
 
 from shardwise.index import IndexFormat
+from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
 from shardwise.reader import ArrayReader
 from shardwise.shard import assemble_shard, write_order
 from shardwise.testing import CountingStore
-from shardwise.writer import plan_write, store_dask_array
+from shardwise.writer import plan_write, split_block, store_dask_array
 
 
 def test_write_orders():
@@ -55,14 +56,14 @@ def test_plan_maps_blocks_to_shards():
         ).metadata
     ).layout
     plan = plan_write(info_layout, ((30, 30, 30, 10),))
-    assert [(s.shard, s.blocks) for s in plan.shards] == [
+    assert [(s.shard, s.blocks) for s in plan.shard_writes()] == [
         ((0,), ((0,), (1,))),
         ((1,), ((1,), (2,))),
         ((2,), ((2,), (3,))),
     ]
-    assert all(s.covered for s in plan.shards)
+    assert all(s.covered and not s.whole for s in plan.shard_writes())
     region = plan_write(info_layout, ((15,),), offset=(35,))
-    assert [(s.shard, s.covered) for s in region.shards] == [((0,), False), ((1,), False)]
+    assert [(s.shard, s.covered) for s in region.shard_writes()] == [((0,), False), ((1,), False)]
     with pytest.raises(ValueError, match="does not fit"):
         plan_write(info_layout, ((15,),), offset=(90,))
 
@@ -159,3 +160,83 @@ def test_any_chunking_and_region_lands_exactly(case, seed):
             da.from_array(new, chunks=chunks), store, info, offset=lo, order=order
         ).compute()
     np.testing.assert_array_equal(zarr.open_array(store)[...], expected)
+
+
+@st.composite
+def plan_cases(draw):
+    """A shard layout (regular or rectilinear per dimension), a write region in it and
+    a dask chunking of the region (zero-size blocks allowed)."""
+    ndim = draw(st.integers(1, 3))
+    shape, shards, inner = [], [], []
+    for _ in range(ndim):
+        n = draw(st.integers(1, 30))
+        c = draw(st.integers(1, 4))
+        if draw(st.booleans()):  # rectilinear: shard sizes multiples of c covering n
+            sizes = []
+            while sum(sizes) < n:
+                sizes.append(c * draw(st.integers(1, 4)))
+            shards.append(tuple(sizes))
+        else:
+            shards.append(c * draw(st.integers(1, 4)))
+        shape.append(n)
+        inner.append(c)
+    lo = [draw(st.integers(0, n)) for n in shape]
+    chunks = []
+    for a, n in zip(lo, shape, strict=True):
+        left, sizes = draw(st.integers(0, n - a)), []
+        while left or not sizes:
+            sizes.append(draw(st.integers(0, left)))
+            left -= sizes[-1]
+        chunks.append(tuple(sizes))
+    return ShardLayout.build(shape, shards, inner), tuple(lo), tuple(chunks)
+
+
+def brute_force_plan(layout, lo, chunks):
+    """Which blocks touch which shard, found by intersecting every block's box with
+    every shard's box."""
+    starts = [np.concatenate([[o], o + np.cumsum(c)]) for o, c in zip(lo, chunks, strict=True)]
+    region = tuple((int(s[0]), int(s[-1])) for s in starts)
+    out = {}
+    for shard in layout.all_shards():
+        sbox = shard_box(layout, shard)
+        touching = []
+        for block in np.ndindex(*(len(c) for c in chunks)):
+            bbox = tuple((int(s[i]), int(s[i + 1])) for s, i in zip(starts, block, strict=True))
+            if all(max(a, c) < min(b, d) for (a, b), (c, d) in zip(sbox, bbox, strict=True)):
+                touching.append((block, bbox))
+        if touching:
+            inside = [
+                all(c <= a and b <= d for (a, b), (c, d) in zip(sbox, box, strict=True))
+                for box in (region, *(bbox for _, bbox in touching))
+            ]
+            out[shard] = (tuple(b for b, _ in touching), inside[0], any(inside[1:]))
+    return out
+
+
+def shard_box(layout, shard):
+    return tuple(
+        (d.shard_start(i), min(d.shard_start(i) + d.shard_size(i), d.extent))
+        for d, i in zip(layout.dims, shard, strict=True)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan_cases())
+def test_plan_agrees_with_brute_force_and_with_each_block(case):
+    """The per-dimension plan (built without listing shards) finds the same blocks,
+    coverage and whole shards as intersecting every block with every shard, and each
+    block's own split (made inside its task) agrees with it."""
+    layout, lo, chunks = case
+    plan = plan_write(layout, chunks, lo)
+    expected = brute_force_plan(layout, lo, chunks)
+    got = {sw.shard: (sw.blocks, sw.covered, sw.whole) for sw in plan.shard_writes()}
+    assert got == expected
+    assert plan.nshards == len(expected)
+    assert plan.ngathered == sum(not whole for _, _, whole in expected.values())
+    gathered_of = plan.gathered_per_block()
+    for block in np.ndindex(*plan.numblocks):
+        whole, gathered = split_block(layout, plan.block_box(block))
+        mine = {s: w for s, (blocks, _, w) in expected.items() if block in blocks}
+        assert whole == [s for s, w in mine.items() if w]
+        assert sorted(gathered) == sorted(s for s, w in mine.items() if not w)
+        assert gathered_of[block] == len(gathered)

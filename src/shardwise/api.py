@@ -443,7 +443,7 @@ def to_zarr(
             _data_graph(source, target, region_, offset, write_empty_chunks, write_order, fresh)
         )
     if not compute:
-        return dask.delayed(_finish, pure=False)(writes, zstore)
+        return _finish_graph(writes, zstore)
     try:
         if writes:
             dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
@@ -589,10 +589,31 @@ def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -
         )
 
 
-def _finish(writes: Any, zstore: Any) -> Any:
+def _finish(zstore: Any, *writes: Any) -> Any:
     del writes  # the writes are done before the store is closed
     zstore.close()
     return zstore
+
+
+def _finish_graph(writes: list[Any], zstore: Any) -> Any:
+    """A ``dask.delayed`` that closes ``zstore`` and returns it once ``writes`` (each a
+    ``dask.delayed``) are done. Built directly on their graphs: ``dask.delayed(f)(writes)``
+    would cull each write's whole graph while building."""
+    import uuid
+
+    from dask._task_spec import Task, TaskRef
+    from dask.highlevelgraph import HighLevelGraph
+
+    from shardwise.writer import WriteDelayed
+
+    name = f"shardwise-finish-{uuid.uuid4().hex}"
+    graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
+    layers: dict[str, Any] = {
+        **graph.layers,
+        name: {name: Task(name, _finish, zstore, *(TaskRef(w.key) for w in writes))},
+    }
+    deps = {**graph.dependencies, name: {layer for w in writes for layer in w.__dask_layers__()}}
+    return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
 
 
 def _data_graph(
@@ -629,13 +650,18 @@ def _store_aligned(source: Any, target: Any, region: tuple[slice, ...], offset: 
     goes through ``dask.array.store`` after rechunking to the array's write grid, so no
     two tasks share a chunk or shard."""
     import dask.array as da
+    from dask.core import flatten
+
+    from shardwise.writer import fuse_blockwise, wait_for
 
     grid = getattr(target, "shards", None) or target.chunks
     new_chunks = tuple(
         _aligned(n, o, g) for n, o, g in zip(source.shape, offset, grid, strict=True)
     )
     aligned = source.rechunk(new_chunks) if new_chunks != source.chunks else source
-    return da.store(aligned, target, regions=region, lock=False, compute=False)
+    stored = da.store(aligned, target, regions=region, lock=False, compute=False)
+    graph = fuse_blockwise(stored.__dask_graph__(), stored.name)
+    return wait_for(f"shardwise-done-{stored.name}", graph, list(flatten(stored.__dask_keys__())))
 
 
 def _aligned(n: int, offset: int, grid: int) -> tuple[int, ...]:

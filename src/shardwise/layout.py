@@ -117,6 +117,18 @@ class DimGrid:
         assert self._starts is not None
         return np.searchsorted(self._starts, coords, side="right") - 1
 
+    def shard_bounds(
+        self, shards: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Where each of ``shards`` starts and ends (clipped at the extent)."""
+        if isinstance(self.shards, int):
+            start = shards * self.shards
+            stop = start + self.shards
+        else:
+            assert self._starts is not None
+            start, stop = self._starts[shards], self._starts[shards + 1]
+        return start, np.minimum(stop, self.extent)
+
     def shard_range(self, lo: int, hi: int) -> range:
         """The shards holding coordinates ``lo`` to ``hi`` (inclusive)."""
         first, last = (int(s) for s in self.shard_of(np.array([lo, hi])))

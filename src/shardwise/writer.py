@@ -1,31 +1,53 @@
 """Writing dask arrays into sharded Zarr v3 arrays: one task per shard, no locks.
 
-The graph has two layers:
+The write graph is made of a fixed number of layers, whatever the number of blocks
+and shards:
 
-1. one *encode* task per dask block. For every shard the block touches it encodes the
-   inner chunks that lie wholly inside the block (so only compressed bytes travel on),
-   and cuts out the raw pieces of inner chunks that the block shares with its
-   neighbours;
-2. one *shard* task per shard. It gathers the encoded chunks and raw pieces from the
-   blocks that touch its shard, assembles the cut inner chunks and encodes them, keeps
-   the inner chunks the write does not touch from the existing shard (as bytes, not
-   re-encoded), lays them out in the write order with the index, and stores the shard
-   with a single put (or deletes it when nothing is left).
+``shardwise-encode-<token>``
+    one task per dask block, a dask ``Blockwise`` layer over the source array (as
+    ``map_blocks`` makes), into which dask's blockwise fusion folds the source's own
+    blockwise layers: making a block and encoding it are one task. For every shard the
+    block covers whole, the task encodes the inner chunks and stores the shard itself;
+    for every other shard it touches, it encodes the inner chunks that lie wholly inside
+    the block (so only compressed bytes travel on) and cuts out the raw pieces of inner
+    chunks it shares with its neighbours.
+``shardwise-split-<token>``
+    where one block contributes to two or more shards that other blocks contribute to
+    as well, a small task per such shard picks out that shard's part, so that only it
+    travels to the shard's task.
+``shardwise-shard-<token>``
+    one task per shard that no single block covers. It gathers the parts, assembles the
+    cut inner chunks and encodes them, keeps the inner chunks the write does not touch
+    from the existing shard (as bytes, not re-encoded), lays them out in the write order
+    with the index, and stores the shard with a single put (or deletes it when nothing
+    is left).
+``shardwise-done-<token>``
+    a tree of small tasks, each waiting for at most :data:`FAN_IN` others, that ends
+    when every shard is written.
+
+and one ``shardwise-target-<token>`` key holding what the tasks need to know about the
+array (store, metadata, options), which each worker fetches once.
 
 So any dask chunking is accepted, never rechunked, and exactly one task writes each
-shard. The plan (:class:`WritePlan`) is a pure value, built without I/O.
+shard. The plan (:class:`WritePlan`) is a pure value built without I/O, one
+:class:`DimWrite` per dimension, so that building it costs the number of blocks and
+shards along each dimension, not their product; the graph is built in one pass over the
+shards that need a shard task (none when the dask chunks are unions of shards).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from dask.array.optimization import optimize
+from dask.delayed import Delayed
 
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.layout import ShardLayout
@@ -34,66 +56,190 @@ from shardwise.reader import ArrayReader
 from shardwise.shard import WRITE_ORDERS, assemble_shard, write_order
 from shardwise.storage import store_token
 
-__all__ = ["ShardWrite", "WritePlan", "plan_write", "store_dask_array"]
+if TYPE_CHECKING:
+    from shardwise.layout import DimGrid
+
+__all__ = [
+    "FAN_IN",
+    "DimWrite",
+    "ShardWrite",
+    "WritePlan",
+    "fuse_blockwise",
+    "plan_write",
+    "split_block",
+    "store_dask_array",
+    "WriteDelayed",
+    "wait_for",
+]
 
 Box = tuple[tuple[int, int], ...]  # per dimension a half-open interval [lo, hi)
+Shard = tuple[int, ...]
+
+FAN_IN = 32  # the most tasks one task of the done tree waits for
 
 
+# -- the plan ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ShardWrite:
-    """The blocks that touch one shard, and whether the write covers all of it."""
+    """One shard a write touches: the blocks that touch it, whether the write covers all
+    of it, and whether one block covers all of it (then that block's task writes it)."""
 
-    shard: tuple[int, ...]
+    shard: Shard
     blocks: tuple[tuple[int, ...], ...]
     covered: bool  # every element of the shard inside the array is written
+    whole: bool  # one block holds every element of the shard inside the array
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
+class DimWrite:
+    """One dimension of a write.
+
+    Block ``b`` covers ``[starts[b], starts[b + 1])`` in array coordinates. The write
+    touches shards ``first`` to ``first + n - 1`` (``n = len(lo)``); the ``i``-th of them
+    is touched by the blocks of nonzero size among ``lo[i]`` to ``hi[i] - 1``,
+    ``covered[i]`` says the write covers all of it (clipped at the array's end) and
+    ``alone[i]`` that one block does."""
+
+    starts: npt.NDArray[np.int64]
+    first: int
+    lo: npt.NDArray[np.int64]
+    hi: npt.NDArray[np.int64]
+    covered: npt.NDArray[np.bool_]
+    alone: npt.NDArray[np.bool_]
+
+    @classmethod
+    def build(cls, grid: DimGrid, sizes: Sequence[int], offset: int) -> DimWrite:
+        starts = np.empty(len(sizes) + 1, dtype=np.int64)
+        starts[0] = offset
+        np.cumsum(np.asarray(sizes, dtype=np.int64), out=starts[1:])
+        starts[1:] += offset
+        end = int(starts[-1])
+        if end == offset:  # nothing written along this dimension
+            none = np.zeros(0, dtype=np.int64)
+            return cls(starts, 0, none, none, none.astype(bool), none.astype(bool))
+        first, last = (int(s) for s in grid.shard_of(np.array([offset, end - 1])))
+        s_lo, s_hi = grid.shard_bounds(np.arange(first, last + 1, dtype=np.int64))
+        lo = np.searchsorted(starts[1:], s_lo, side="right")  # first block ending past s_lo
+        hi = np.searchsorted(starts[:-1], s_hi, side="left")  # blocks starting before s_hi
+        covered = (s_lo >= offset) & (s_hi <= end)
+        # the block holding the shard's first element (the last of equal starts: empty
+        # blocks come before it) holds all of it when it reaches the shard's end
+        holder = np.clip(np.searchsorted(starts, s_lo, side="right") - 1, 0, len(sizes) - 1)
+        alone = covered & (starts[holder + 1] >= s_hi)
+        return cls(starts, first, lo, hi, covered, alone)
+
+    @property
+    def nshards(self) -> int:
+        return len(self.lo)
+
+    @property
+    def sizes(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.starts)
+
+    def blocks(self) -> list[list[int]]:
+        """For each shard of the write, the blocks (of nonzero size) touching it."""
+        sizes = self.sizes.tolist()
+        return [
+            [b for b in range(lo, hi) if sizes[b]]
+            for lo, hi in zip(self.lo.tolist(), self.hi.tolist(), strict=True)
+        ]
+
+    def per_block(self, grid: DimGrid) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """For each block: how many shards it touches along this dimension, and how many
+        of those it covers alone."""
+        sizes = self.sizes
+        nonempty = sizes > 0
+        if not self.nshards:
+            zero = np.zeros(len(sizes), dtype=np.int64)
+            return zero, zero
+        ends = np.where(nonempty, self.starts[1:] - 1, self.starts[:-1])
+        first = grid.shard_of(self.starts[:-1]) - self.first
+        last = grid.shard_of(ends) - self.first
+        first = np.clip(first, 0, self.nshards - 1)
+        last = np.clip(last, 0, self.nshards - 1)
+        cum = np.concatenate([[0], np.cumsum(self.alone, dtype=np.int64)])
+        touched = np.where(nonempty, last - first + 1, 0)
+        alone = np.where(nonempty, cum[last + 1] - cum[first], 0)
+        return touched, alone
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class WritePlan:
     """Which dask block touches which shard, for a write of an array of ``chunks``
-    (dask's chunk sizes) at ``offset`` in an array laid out by ``layout``."""
+    (dask's chunk sizes) at ``offset`` in an array laid out by ``layout``: one
+    :class:`DimWrite` per dimension; the shards and blocks are their products."""
 
     layout: ShardLayout
     chunks: tuple[tuple[int, ...], ...]
     offset: tuple[int, ...]
-    shards: tuple[ShardWrite, ...]
+    dims: tuple[DimWrite, ...]
+
+    def __repr__(self) -> str:
+        return (
+            f"WritePlan(region={self.region}, blocks={self.numblocks}, "
+            f"shards={self.nshards} ({self.nshards - self.ngathered} written by their "
+            f"block's task, {self.ngathered} by shard tasks))"
+        )
 
     @property
     def region(self) -> Box:
-        return tuple((o, o + sum(c)) for o, c in zip(self.offset, self.chunks, strict=True))
+        return tuple((int(d.starts[0]), int(d.starts[-1])) for d in self.dims)
+
+    @property
+    def numblocks(self) -> tuple[int, ...]:
+        return tuple(len(c) for c in self.chunks)
+
+    @property
+    def nshards(self) -> int:
+        """How many shards the write touches."""
+        return math.prod(d.nshards for d in self.dims)
+
+    @property
+    def ngathered(self) -> int:
+        """How many of them no single block covers (each gets a shard task)."""
+        return self.nshards - math.prod(int(d.alone.sum()) for d in self.dims)
 
     def block_box(self, block: tuple[int, ...]) -> Box:
         """The part of the array a dask block is written to."""
-        out = []
-        for o, c, i in zip(self.offset, self.chunks, block, strict=True):
-            lo = o + sum(c[:i])
-            out.append((lo, lo + c[i]))
-        return tuple(out)
+        return tuple(
+            (int(d.starts[i]), int(d.starts[i + 1])) for d, i in zip(self.dims, block, strict=True)
+        )
 
-    def blocks_of(self) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
-        """For each dask block, the shards it touches."""
-        out: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        for sw in self.shards:
-            for b in sw.blocks:
-                out.setdefault(b, []).append(sw.shard)
-        return out
+    def gathered_per_block(self) -> npt.NDArray[np.int64]:
+        """For every block, how many of the shards it touches get a shard task."""
+        touched = np.ones((), dtype=np.int64)
+        alone = np.ones((), dtype=np.int64)
+        for grid, d in zip(self.layout.dims, self.dims, strict=True):
+            t, a = d.per_block(grid)
+            touched = np.multiply.outer(touched, t)
+            alone = np.multiply.outer(alone, a)
+        return touched - alone
 
-
-def shard_box(layout: ShardLayout, shard: tuple[int, ...]) -> Box:
-    """The part of the array a shard holds (clipped at the array's end)."""
-    return tuple(
-        (d.shard_start(i), min(d.shard_start(i) + d.shard_size(i), d.extent))
-        for d, i in zip(layout.dims, shard, strict=True)
-    )
-
-
-def _inside(inner: Box, outer: Box) -> bool:
-    return all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(inner, outer, strict=True))
-
-
-def _intersect(a: Box, b: Box) -> Box | None:
-    out = tuple((max(alo, blo), min(ahi, bhi)) for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
-    return None if any(lo >= hi for lo, hi in out) else out
+    def shard_writes(self, *, gathered: bool = False) -> Iterator[ShardWrite]:
+        """Every shard the write touches in C order (with ``gathered=True``, only those
+        that get a shard task)."""
+        per_dim = [
+            list(
+                zip(
+                    range(d.first, d.first + d.nshards),
+                    d.blocks(),
+                    d.covered.tolist(),
+                    d.alone.tolist(),
+                    strict=True,
+                )
+            )
+            for d in self.dims
+        ]
+        for combo in itertools.product(*per_dim):
+            alone = all(c[3] for c in combo)
+            if gathered and alone:
+                continue
+            yield ShardWrite(
+                tuple(c[0] for c in combo),
+                tuple(itertools.product(*(c[1] for c in combo))),
+                all(c[2] for c in combo),
+                alone,
+            )
 
 
 def plan_write(
@@ -113,32 +259,49 @@ def plan_write(
                 f"a write of {sum(cs)} elements at offset {o} does not fit a dimension of "
                 f"length {d.extent}"
             )
-    # per dimension: which shards each block touches
-    per_dim: list[dict[int, list[int]]] = []
-    for d, o, cs in zip(layout.dims, origin, sizes, strict=True):
-        touches: dict[int, list[int]] = {}
-        lo = o
-        for bi, c in enumerate(cs):
-            if c:
-                for s in d.shard_range(lo, lo + c - 1):
-                    touches.setdefault(s, []).append(bi)
-            lo += c
-        per_dim.append(touches)
-    plan = WritePlan(layout, sizes, origin, ())
-    region = plan.region
-    shards = []
-    for combo in itertools.product(*(sorted(t.items()) for t in per_dim)):
+    dims = tuple(
+        DimWrite.build(d, cs, o) for d, cs, o in zip(layout.dims, sizes, origin, strict=True)
+    )
+    return WritePlan(layout, sizes, origin, dims)
+
+
+def split_block(layout: ShardLayout, box: Box) -> tuple[list[Shard], list[Shard]]:
+    """The shards a block writing ``box`` covers whole (its task writes them), and the
+    other shards it touches (it hands its parts of them to their shard tasks).
+
+    The same split as the plan's: a shard is covered whole by the one block holding all
+    of it (clipped at the array's end)."""
+    per_dim = []
+    for d, (lo, hi) in zip(layout.dims, box, strict=True):
+        if hi <= lo:
+            return [], []
+        here = []
+        for s in d.shard_range(lo, hi - 1):
+            start = d.shard_start(s)
+            here.append((s, lo <= start and min(start + d.shard_size(s), d.extent) <= hi))
+        per_dim.append(here)
+    whole: list[Shard] = []
+    gathered: list[Shard] = []
+    for combo in itertools.product(*per_dim):
         shard = tuple(s for s, _ in combo)
-        blocks = tuple(itertools.product(*(bs for _, bs in combo)))
-        covered = _inside(shard_box(layout, shard), region)
-        shards.append(ShardWrite(shard, blocks, covered))
-    return WritePlan(layout, sizes, origin, tuple(shards))
+        (whole if all(w for _, w in combo) else gathered).append(shard)
+    return whole, gathered
+
+
+def _inside(inner: Box, outer: Box) -> bool:
+    return all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(inner, outer, strict=True))
+
+
+def _intersect(a: Box, b: Box) -> Box | None:
+    out = tuple((max(alo, blo), min(ahi, bhi)) for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
+    return None if any(lo >= hi for lo, hi in out) else out
 
 
 # -- the tasks ---------------------------------------------------------------------------
 class _Target:
-    """What the tasks need to know about the array they write: picklable, with encoders
-    and decoders built lazily in each process.
+    """What the tasks need to know about the write: the store and array, where the data
+    goes (``offset``, ``region``) and the options. Picklable, with encoders and decoders
+    built lazily in each process; one key of the graph holds it.
 
     An unsharded array is written the same way, each chunk taking the place of a shard
     with a single inner chunk and no index."""
@@ -148,12 +311,16 @@ class _Target:
         store: Any,
         info: ArrayInfo,
         *,
+        offset: tuple[int, ...],
+        region: Box,
         write_empty_chunks: bool,
         order: str,
         fresh: bool = False,
     ) -> None:
         self.store = store
         self.info = info
+        self.offset = offset
+        self.region = region
         self.write_empty_chunks = write_empty_chunks
         self.order = order
         self.fresh = fresh  # the array was just created: no shard exists yet
@@ -176,12 +343,12 @@ class _Target:
             )
         return self._cache[key]
 
-    def decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
+    def decoder(self, shard: Shard) -> ShardDecoder | ChunkDecoder:
         if "reader" not in self._cache:
             self._cache["reader"] = ArrayReader(self.store, self.info)
         return self._cache["reader"].decoder(shard)
 
-    def inner_boxes(self, shard: tuple[int, ...]) -> dict[tuple[int, ...], Box]:
+    def inner_boxes(self, shard: Shard) -> dict[tuple[int, ...], Box]:
         """Each inner chunk of a shard and the part of the array it holds (clipped)."""
         layout = self.info.layout
         out = {}
@@ -193,14 +360,14 @@ class _Target:
             out[tuple(inner)] = tuple(box)
         return out
 
-    def encode(self, shard: tuple[int, ...], chunk: npt.NDArray[Any]) -> bytes | None:
+    def encode(self, shard: Shard, chunk: npt.NDArray[Any]) -> bytes | None:
         """Encode a full-size inner chunk; None when it is all fill value and empty
         chunks are left out."""
         if not self.write_empty_chunks and is_fill(chunk, self.info.fill_value):
             return None
         return self.encoder(self.info.layout.inner_shape(shard)).encode(chunk)
 
-    def padded(self, shard: tuple[int, ...], data: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    def padded(self, shard: Shard, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """An edge inner chunk's data padded with the fill value to the full shape."""
         shape = self.info.layout.inner_shape(shard)
         if data.shape == shape:
@@ -210,7 +377,7 @@ class _Target:
         return full
 
     # -- whole shard objects -------------------------------------------------------------
-    def stored_chunks(self, shard: tuple[int, ...], blob: Any, key: str) -> dict[Any, Any]:
+    def stored_chunks(self, shard: Shard, blob: Any, key: str) -> dict[Any, Any]:
         """The encoded inner chunks held by an existing shard object."""
         decoder = self.decoder(shard)
         if not isinstance(decoder, ShardDecoder):
@@ -224,13 +391,13 @@ class _Target:
         return out
 
     def decode_chunk(
-        self, shard: tuple[int, ...], data: Any, key: str, inner: tuple[int, ...]
+        self, shard: Shard, data: Any, key: str, inner: tuple[int, ...]
     ) -> npt.NDArray[Any]:
         decoder = self.decoder(shard)
         chunk = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
         return np.array(chunk.decode(data, key=key, chunk=inner), copy=True)
 
-    def assemble(self, shard: tuple[int, ...], chunks: dict[Any, Any]) -> bytes | None:
+    def assemble(self, shard: Shard, chunks: dict[Any, Any]) -> bytes | None:
         """The object to store for a shard from its encoded inner chunks; None when
         there are none."""
         decoder = self.decoder(shard)
@@ -240,7 +407,7 @@ class _Target:
         order = write_order(decoder.chunks_per_shard, self.order)
         return assemble_shard(chunks, decoder.index, order)
 
-    def put(self, shard: tuple[int, ...], blob: bytes | None, *, existed: bool | None) -> int:
+    def put(self, shard: Shard, blob: bytes | None, *, existed: bool | None) -> None:
         """Store one shard with a single put, or delete it when it has no data left
         (``existed=False`` says the shard is known not to exist)."""
         from zarr.core.buffer import default_buffer_prototype
@@ -249,12 +416,11 @@ class _Target:
         key = self.info.key(shard)
         if blob is None:
             if self.fresh:
-                return 0
+                return
             if existed or (existed is None and sync(self.store.exists(key))):
                 sync(self.store.delete(key))
-            return 0
+            return
         sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
-        return len(blob)
 
 
 # a block's contribution to one shard: inner chunk -> encoded bytes (None: empty), and
@@ -265,9 +431,7 @@ Contribution = tuple[
 ]
 
 
-def _contribution(
-    block: npt.NDArray[Any], box: Box, shard: tuple[int, ...], target: _Target
-) -> Contribution:
+def _contribution(block: npt.NDArray[Any], box: Box, shard: Shard, target: _Target) -> Contribution:
     encoded: dict[tuple[int, ...], bytes | None] = {}
     pieces: list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]] = []
     for inner, ibox in target.inner_boxes(shard).items():
@@ -288,41 +452,41 @@ def _contribution(
 
 
 def _encode_block(
-    block: npt.NDArray[Any],
-    box: Box,
-    shards: list[tuple[int, ...]],
-    whole: list[tuple[int, ...]],
-    target: _Target,
-) -> tuple[dict[tuple[int, ...], Contribution], int]:
-    """Encode a block's part of each shard in ``shards`` for the shard tasks, and write
-    the shards in ``whole`` (which this block alone covers) right here. Returns the
-    contributions and the number of bytes written."""
+    block: npt.NDArray[Any], where: tuple[slice, ...], target: _Target
+) -> dict[Shard, Contribution]:
+    """The task of one dask block (``where`` is its place in the source array): write
+    the shards it covers whole right here, and return its parts of the other shards it
+    touches, for their shard tasks."""
+    box = tuple((o + s.start, o + s.stop) for o, s in zip(target.offset, where, strict=True))
+    whole, gathered = split_block(target.info.layout, box)
     block = np.asarray(block, dtype=target.info.dtype)
-    out = {shard: _contribution(block, box, shard, target) for shard in shards}
-    written = 0
     for shard in whole:
         encoded, pieces = _contribution(block, box, shard, target)
         assert not pieces  # the block holds every inner chunk of the shard
-        written += target.put(
-            shard,
-            target.assemble(shard, {k: v for k, v in encoded.items() if v is not None}),
-            existed=None,
-        )
-    return out, written
+        chunks = {k: v for k, v in encoded.items() if v is not None}
+        target.put(shard, target.assemble(shard, chunks), existed=None)
+    return {shard: _contribution(block, box, shard, target) for shard in gathered}
+
+
+def _pick(parts: dict[Shard, Contribution], shard: Shard) -> dict[Shard, Contribution]:
+    """One shard's part of a block's parts (so that only it travels on)."""
+    return {shard: parts[shard]}
 
 
 def _write_shard(
-    shard: tuple[int, ...], covered: bool, region: Box, target: _Target, *parts: Contribution
-) -> int:
-    """Assemble and store one shard; returns the number of bytes stored."""
+    shard: Shard, covered: bool, target: _Target, *blocks: dict[Shard, Contribution]
+) -> None:
+    """Assemble and store one shard from the parts of the blocks touching it."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     info = target.info
+    region = target.region
     key = info.key(shard)
     chunks: dict[tuple[int, ...], bytes | None] = {}
     pieces: dict[tuple[int, ...], list[tuple[tuple[slice, ...], npt.NDArray[Any]]]] = {}
-    for encoded, raw in parts:
+    for parts in blocks:
+        encoded, raw = parts[shard]
         chunks.update(encoded)
         for inner, where, data in raw:
             pieces.setdefault(inner, []).append((where, data))
@@ -354,7 +518,66 @@ def _write_shard(
                 final[inner] = encoded_chunk
         elif inner in existing and _intersect(ibox, region) is None:
             final[inner] = existing[inner]  # untouched: kept as bytes
-    return target.put(shard, target.assemble(shard, final), existed=existed)
+    target.put(shard, target.assemble(shard, final), existed=existed)
+
+
+def _done(*_: Any) -> None:
+    """A task of the done tree: it runs once the tasks it waits for have."""
+    return None
+
+
+# -- the graph ---------------------------------------------------------------------------
+def _done_tree(name: str, keys: Sequence[Any]) -> tuple[dict[Any, Any], Any]:
+    """A layer of tasks that wait for ``keys``, at most :data:`FAN_IN` each, in a tree;
+    returns the layer and its root key."""
+    from dask._task_spec import Task, TaskRef
+
+    layer: dict[Any, Any] = {}
+    level = 0
+    while True:
+        above = []
+        for j in range(max(1, -(-len(keys) // FAN_IN))):
+            key = (name, level, j)
+            group = keys[j * FAN_IN : (j + 1) * FAN_IN]
+            layer[key] = Task(key, _done, *(TaskRef(k) for k in group))
+            above.append(key)
+        if len(above) == 1:
+            return layer, above[0]
+        keys, level = above, level + 1
+
+
+def fuse_blockwise(graph: Any, name: str) -> Any:
+    """``graph`` (a HighLevelGraph) with the blockwise layers below layer ``name`` fused
+    into it, as dask's array optimizer would (a Delayed's optimizer does not)."""
+    from dask.blockwise import optimize_blockwise
+    from dask.highlevelgraph import HighLevelGraph
+
+    if not isinstance(graph, HighLevelGraph):
+        graph = HighLevelGraph.from_collections(name, graph, dependencies=())
+    return optimize_blockwise(graph, keys=[name])
+
+
+class WriteDelayed(Delayed):
+    """The ``dask.delayed`` of a write. Computing it optimizes the graph as dask
+    optimizes arrays (blockwise and linear fusion, slices), as ``dask.array.store``
+    would the source arrays; a plain ``Delayed`` only culls."""
+
+    __slots__ = ()
+    __dask_optimize__ = staticmethod(optimize)
+
+
+def wait_for(name: str, graph: Any, keys: Sequence[Any]) -> Any:
+    """A ``dask.delayed`` (key in layer ``name``) that ends once the tasks of ``keys``
+    in ``graph`` have run, through a done tree (no task waits for more than
+    :data:`FAN_IN`); it computes to None."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    layer, root = _done_tree(name, keys)
+    layers = dict(graph.layers)
+    deps = dict(graph.dependencies)
+    layers[name] = layer
+    deps[name] = {k[0] if isinstance(k, tuple) else k for k in keys}
+    return WriteDelayed(root, HighLevelGraph(layers, deps), layer=name)
 
 
 def store_dask_array(
@@ -368,22 +591,25 @@ def store_dask_array(
     fresh: bool = False,
 ) -> Any:
     """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
-    ``info`` of ``store`` at ``offset``. Computing it returns the number of bytes stored.
+    ``info`` of ``store`` at ``offset``; it computes to None.
 
     One encode task per block; a shard that one block covers whole is written by that
     block's task, every other shard by a task of its own that gathers the encoded inner
     chunks (and raw pieces of cut inner chunks) from the blocks touching it. An
-    unsharded array is written the same way, chunk by chunk.
+    unsharded array is written the same way, chunk by chunk. The graph has the same
+    few layers whatever the size (see the module's description).
 
     ``fresh=True`` says the array was just created, so no shard exists yet: partly
     written shards are not read first, and empty ones need no delete."""
-    import dask
+    from dask._task_spec import DataNode, Task, TaskRef
     from dask.base import tokenize
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.layers import ArraySliceDep
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     plan = plan_write(info.layout, source.chunks, offset)
-    target = _Target(store, info, write_empty_chunks=write_empty_chunks, order=order, fresh=fresh)
     # every write is its own action: two writes must never share dask keys (a store's
     # name need not say which endpoint or account it reaches, so two stores of one name
     # would otherwise get one write when computed together)
@@ -397,38 +623,61 @@ def store_dask_array(
         order,
         fresh,
     )
-    blocks = source.to_delayed()
-    gathered: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    whole: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for sw in plan.shards:
-        if sw.covered and len(sw.blocks) == 1:
-            whole.setdefault(sw.blocks[0], []).append(sw.shard)
-        else:
-            for b in sw.blocks:
-                gathered.setdefault(b, []).append(sw.shard)
-    encoded = {
-        b: dask.delayed(_encode_block, pure=True, nout=2)(
-            blocks[b],
-            plan.block_box(b),
-            gathered.get(b, []),
-            whole.get(b, []),
-            target,
-            dask_key_name=f"shardwise-encode-{token}-{i}",
-        )
-        for i, b in enumerate(sorted(gathered.keys() | whole.keys()))
+    names = {
+        part: f"shardwise-{part}-{token}" for part in ("target", "encode", "split", "shard", "done")
     }
-    region = plan.region
-    writes = [encoded[b][1] for b in sorted(whole)]
-    writes += [
-        dask.delayed(_write_shard, pure=True)(
-            sw.shard,
-            sw.covered,
-            region,
-            target,
-            *(encoded[b][0][sw.shard] for b in sw.blocks),
-            dask_key_name=f"shardwise-shard-{token}-{i}",
-        )
-        for i, sw in enumerate(plan.shards)
-        if not (sw.covered and len(sw.blocks) == 1)
-    ]
-    return dask.delayed(sum, pure=True)(writes, dask_key_name=f"shardwise-store-{token}")
+    target = _Target(
+        store,
+        info,
+        offset=plan.offset,
+        region=plan.region,
+        write_empty_chunks=write_empty_chunks,
+        order=order,
+        fresh=fresh,
+    )
+    target_key = names["target"]
+    target_graph = HighLevelGraph(
+        {target_key: {target_key: DataNode(target_key, target)}}, {target_key: set()}
+    )
+    encoded = source.map_blocks(
+        _encode_block,
+        ArraySliceDep(source.chunks),
+        Delayed(target_key, target_graph),
+        name=names["encode"],
+        meta=np.empty((0,) * source.ndim, dtype=object),
+    )
+    graph = fuse_blockwise(encoded.__dask_graph__(), names["encode"])
+    layers = dict(graph.layers)
+    deps = dict(graph.dependencies)
+
+    encode_keys: list[Any]
+    if not plan.ngathered:  # every shard is written by its block's task
+        encode_keys = [(names["encode"], *b) for b in np.ndindex(*plan.numblocks)]
+        return wait_for(names["done"], HighLevelGraph(layers, deps), encode_keys)
+
+    # shard tasks gather the parts of the blocks touching their shards; a block with
+    # parts for several of them gets a split task per shard, so each part travels alone
+    gathered = plan.gathered_per_block()
+    split: dict[Any, Any] = {}
+    shards: dict[Any, Any] = {}
+    target_ref = TaskRef(target_key)
+    for sw in plan.shard_writes(gathered=True):
+        parts = []
+        for b in sw.blocks:
+            if gathered[b] > 1:
+                key: Any = (names["split"], *b, *sw.shard)
+                split[key] = Task(key, _pick, TaskRef((names["encode"], *b)), sw.shard)
+                parts.append(TaskRef(key))
+            else:
+                parts.append(TaskRef((names["encode"], *b)))  # its one part
+        key = (names["shard"], *sw.shard)
+        shards[key] = Task(key, _write_shard, sw.shard, sw.covered, target_ref, *parts)
+    layers[names["shard"]] = shards
+    deps[names["shard"]] = {names["encode"], target_key}
+    if split:
+        layers[names["split"]] = split
+        deps[names["split"]] = {names["encode"]}
+        deps[names["shard"]].add(names["split"])
+    # the blocks that feed no shard task are waited for directly
+    encode_keys = [(names["encode"], *map(int, b)) for b in np.argwhere(gathered == 0)]
+    return wait_for(names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards])
