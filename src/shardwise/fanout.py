@@ -24,6 +24,7 @@ sizes to inner-chunk boundaries, with a :class:`ChunkRoundingWarning` when it ha
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import warnings
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
 from shardwise.storage import SUPPLIED
 
@@ -367,46 +369,72 @@ def fanout_array(
             where = "(one per shard that several dask chunks share)"
             raise _too_many(n, where, name, "index tasks")
 
-    def shared_shards(region: tuple[slice, ...]) -> list[tuple[int, ...]]:
-        """The shards of a chunk's region that a chunk boundary cuts, in C order."""
-        spans = [
-            dim.shard_range(r.start, r.stop - 1) for dim, r in zip(layout.dims, region, strict=True)
+    # per dimension and block: the shards its span touches, and those of them (its first
+    # and last) that a chunk boundary cuts; worked out once per dimension, not per chunk
+    regions = [[slice(a, b) for a, b in itertools.pairwise(bounds)] for bounds in starts]
+    spans: list[list[range]] = []
+    mine: list[list[list[int]]] = []
+    for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
+        lo = np.asarray(bounds[:-1], dtype=np.int64)
+        hi = np.asarray(bounds[1:], dtype=np.int64)
+        if sharded and dim.extent:
+            first = dim.shard_of(lo).tolist()
+            last = dim.shard_of(np.maximum(hi - 1, lo)).tolist()
+        else:
+            first = last = [0] * len(lo)
+        span = [
+            range(f, g + 1) if b > a else range(0)
+            for f, g, a, b in zip(first, last, lo.tolist(), hi.tolist(), strict=True)
         ]
-        mine = [[s for s in (rng[0], rng[-1]) if s in c] for rng, c in zip(spans, cut, strict=True)]
+        spans.append(span)
+        mine.append([sorted({r[0], r[-1]} & here) if r else [] for r in span])
+
+    @functools.cache
+    def uncut_shards(d: int, i: int) -> list[int]:
+        return [s for s in spans[d][i] if s not in cut[d]]
+
+    def shared_shards(block: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The shards of a chunk that a chunk boundary cuts, in C order."""
         out: set[tuple[int, ...]] = set()
-        for d, here in enumerate(mine):  # combinations whose first cut coordinate is d's
-            if here:
-                before = [[s for s in spans[j] if s not in cut[j]] for j in range(d)]
-                out.update(itertools.product(*before, sorted(set(here)), *spans[d + 1 :]))
+        for d, i in enumerate(block):  # combinations whose first cut coordinate is d's
+            if mine[d][i]:
+                before = [uncut_shards(j, block[j]) for j in range(d)]
+                after = [spans[j][block[j]] for j in range(d + 1, len(block))]
+                out.update(itertools.product(*before, mine[d][i], *after))
         return sorted(out)
 
+    shard_keys: dict[tuple[int, ...], str] = {}
     index_layer: dict[Any, Any] = {}
     read_layer: dict[Any, Any] = {}
-    for block in itertools.product(*(range(len(c)) for c in chunks)):
-        region = tuple(slice(starts[d][i], starts[d][i + 1]) for d, i in enumerate(block))
-        key: Any = (read_name, *block)
-        # a shard only this task reads needs no index task: the task reads it itself,
-        # the whole object in one request when it wants most of it
-        empty = not sharded or any(r.stop == r.start for r in region)
-        shared = [] if empty else shared_shards(region)
-        if not shared:
-            read_layer[key] = Task(key, getter, TaskRef(original), region)
-            continue
-        refs = []
-        for shard in shared:
-            ikey: Any = (index_name, *shard)
-            if ikey not in index_layer:
-                index_layer[ikey] = Task(ikey, _read_index, TaskRef(reader_key), shard)
-            refs.append(TaskRef(ikey))
-        src = Task(
-            None,
-            ShardSource,
-            TaskRef(original),
-            reader.token,
-            [reader.info.key(s) for s in shared],
-            *refs,
-        )
-        read_layer[key] = Task(key, getter, src, region)
+    with paused_gc():  # a task per chunk: millions of small objects
+        for block in itertools.product(*(range(len(c)) for c in chunks)):
+            region = tuple(regions[d][i] for d, i in enumerate(block))
+            key: Any = (read_name, *block)
+            # a shard only this task reads needs no index task: the task reads it itself,
+            # the whole object in one request when it wants most of it
+            if not sharded or not any(mine[d][i] for d, i in enumerate(block)):
+                read_layer[key] = Task(key, getter, TaskRef(original), region)
+                continue
+            shared = shared_shards(block)
+            if not shared:
+                read_layer[key] = Task(key, getter, TaskRef(original), region)
+                continue
+            refs = []
+            for shard in shared:
+                ikey: Any = (index_name, *shard)
+                if ikey not in index_layer:
+                    index_layer[ikey] = Task(ikey, _read_index, TaskRef(reader_key), shard)
+                    shard_keys[shard] = reader.info.key(shard)
+                refs.append(TaskRef(ikey))
+            src = Task(
+                None,
+                ShardSource,
+                TaskRef(original),
+                reader.token,
+                [shard_keys[s] for s in shared],
+                *refs,
+            )
+            read_layer[key] = Task(key, getter, src, region)
 
     layers: dict[str, Any] = {original: {original: source}, read_name: read_layer}
     deps: dict[str, set[str]] = {original: set(), read_name: {original}}

@@ -49,6 +49,7 @@ import numpy.typing as npt
 from dask.array.optimization import optimize
 from dask.delayed import Delayed
 
+from shardwise._gc import paused_gc
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
@@ -572,7 +573,8 @@ def wait_for(name: str, graph: Any, keys: Sequence[Any]) -> Any:
     :data:`FAN_IN`); it computes to None."""
     from dask.highlevelgraph import HighLevelGraph
 
-    layer, root = _done_tree(name, keys)
+    with paused_gc():
+        layer, root = _done_tree(name, keys)
     layers = dict(graph.layers)
     deps = dict(graph.dependencies)
     layers[name] = layer
@@ -661,17 +663,18 @@ def store_dask_array(
     split: dict[Any, Any] = {}
     shards: dict[Any, Any] = {}
     target_ref = TaskRef(target_key)
-    for sw in plan.shard_writes(gathered=True):
-        parts = []
-        for b in sw.blocks:
-            if gathered[b] > 1:
-                key: Any = (names["split"], *b, *sw.shard)
-                split[key] = Task(key, _pick, TaskRef((names["encode"], *b)), sw.shard)
-                parts.append(TaskRef(key))
-            else:
-                parts.append(TaskRef((names["encode"], *b)))  # its one part
-        key = (names["shard"], *sw.shard)
-        shards[key] = Task(key, _write_shard, sw.shard, sw.covered, target_ref, *parts)
+    with paused_gc():  # a task per shard: millions of small objects
+        for sw in plan.shard_writes(gathered=True):
+            parts = []
+            for b in sw.blocks:
+                if gathered[b] > 1:
+                    key: Any = (names["split"], *b, *sw.shard)
+                    split[key] = Task(key, _pick, TaskRef((names["encode"], *b)), sw.shard)
+                    parts.append(TaskRef(key))
+                else:
+                    parts.append(TaskRef((names["encode"], *b)))  # its one part
+            key = (names["shard"], *sw.shard)
+            shards[key] = Task(key, _write_shard, sw.shard, sw.covered, target_ref, *parts)
     layers[names["shard"]] = shards
     deps[names["shard"]] = {names["encode"], target_key}
     if split:
