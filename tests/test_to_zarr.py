@@ -96,6 +96,36 @@ def test_task_per_shard(tmp_path, chunks, encode_tasks, shard_tasks):
     xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
 
 
+@pytest.mark.parametrize(("per_task", "encode_tasks"), [(4, 3), ("auto", 1)])
+def test_shards_per_task_groups_tiny_shards(tmp_path, per_task, encode_tasks):
+    """10 shards of 100 rows from dask chunks of 50: with 4 shards per task, 3 tasks
+    (8 chunks, 8 chunks, 4 chunks) write them; "auto" puts all 200 KB in one task."""
+    ds = table(chunks=50)
+    store = CountingStore(LocalStore(tmp_path / "s.zarr"))
+    delayed = shardwise.to_zarr(
+        ds,
+        store,
+        shards={"time": 100},
+        compute=False,
+        consolidated=False,
+        shards_per_task=per_task,
+    )
+    keys = graph_keys(delayed)
+    assert sum(k.startswith("shardwise-encode-") for k in keys) == encode_tasks
+    assert not any(k.startswith("shardwise-shard-") for k in keys)
+    delayed.compute()
+    puts = {k: n for k, n in store.log.per_key("set").items() if k.startswith("v/c/")}
+    assert puts == {f"v/c/{i}/0": 1 for i in range(10)}
+    xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, "many", True])
+def test_bad_shards_per_task_is_refused_before_writing(tmp_path, bad):
+    with pytest.raises(WriteError, match="shards_per_task"):
+        shardwise.to_zarr(table(), tmp_path / "s.zarr", shards_per_task=bad)
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def test_progress_bar_and_write_order(tmp_path, capsys):
     ds = table(chunks=70)
     delayed = shardwise.to_zarr(

@@ -18,7 +18,7 @@ from shardwise.metadata import ArrayInfo
 from shardwise.reader import ArrayReader
 from shardwise.shard import assemble_shard, write_order
 from shardwise.testing import CountingStore
-from shardwise.writer import plan_write, split_block, store_dask_array
+from shardwise.writer import batch_bounds, plan_write, split_block, store_dask_array
 
 
 def test_write_orders():
@@ -140,8 +140,8 @@ def write_cases(draw):
 
 
 @settings(max_examples=80, deadline=None)
-@given(write_cases(), st.integers(0, 2**31))
-def test_any_chunking_and_region_lands_exactly(case, seed):
+@given(write_cases(), st.integers(0, 2**31), st.sampled_from([1, 1, 2, 3, 7, "auto"]))
+def test_any_chunking_and_region_lands_exactly(case, seed, per_task):
     shape, shards, inner, lo, chunks, order, location, prefill = case
     rng = np.random.default_rng(seed)
     store = MemoryStore()
@@ -157,7 +157,12 @@ def test_any_chunking_and_region_lands_exactly(case, seed):
     expected[region] = new
     with dask.config.set(scheduler="sync"):
         store_dask_array(
-            da.from_array(new, chunks=chunks), store, info, offset=lo, order=order
+            da.from_array(new, chunks=chunks),
+            store,
+            info,
+            offset=lo,
+            order=order,
+            shards_per_task=per_task,
         ).compute()
     np.testing.assert_array_equal(zarr.open_array(store)[...], expected)
 
@@ -240,3 +245,42 @@ def test_plan_agrees_with_brute_force_and_with_each_block(case):
         assert whole == [s for s, w in mine.items() if w]
         assert sorted(gathered) == sorted(s for s, w in mine.items() if not w)
         assert gathered_of[block] == len(gathered)
+
+
+def test_batches_group_whole_blocks_into_runs_of_shards():
+    layout = ShardLayout.build((100, 40), (10, 20), (5, 10))  # 10 x 2 shards
+    # blocks of one shard: runs of 2 shards along the last dimension, then 3 rows
+    groups = batch_bounds(layout, ((10,) * 10, (20, 20)), None, 6)
+    assert groups == ((0, 3, 6, 9, 10), (0, 2))
+    # misaligned blocks of 15 rows: a group ends at the first block boundary after
+    # every third shard row
+    groups = batch_bounds(layout, ((15,) * 6 + (10,), (40,)), None, 6)
+    assert groups == ((0, 2, 4, 6, 7), (0, 1))
+    # blocks holding more shards than asked for stay as they are
+    assert batch_bounds(layout, ((50, 50), (40,)), None, 4) == ((0, 1, 2), (0, 1))
+    # a region starting inside a shard: runs counted from the region's first shard
+    assert batch_bounds(layout, ((5,) * 9, (40,)), (5, 0), 4) == ((0, 3, 7, 9), (0, 1))
+    assert batch_bounds(layout, ((5,) * 9, (40,)), (5, 0), 2) == ((0, 1, 3, 5, 7, 9), (0, 1))
+
+
+def test_batched_write_has_a_task_per_group(tmp_path):
+    data = np.arange(100 * 40, dtype="f4").reshape(100, 40)
+    a, info = make(tmp_path / "a", data.shape, (10, 20), (5, 10))
+    store = CountingStore(LocalStore(tmp_path / "a"))
+    source = da.from_array(data, chunks=(10, 20)).persist(scheduler="sync")
+    delayed = store_dask_array(source, store, info, shards_per_task=6)
+    keys = [k for k in dict(delayed.__dask_graph__()) if isinstance(k, tuple)]
+    encode = [k for k in keys if k[0].startswith("shardwise-encode-")]
+    assert len(encode) == 4  # rows 0-29, 30-59, 60-89, 90-99: both columns each
+    assert not any(k[0].startswith("shardwise-shard-") for k in keys)
+    with dask.config.set(scheduler="threads"):
+        delayed.compute()
+    assert set(store.log.per_key("set").values()) == {1} and len(store.log.per_key("set")) == 20
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_shards_per_task_must_be_a_count():
+    info = make(MemoryStore(), (10,), (5,), (5,))[1]
+    for bad in (0, -1, 1.5, True, "many"):
+        with pytest.raises(ValueError, match="shards_per_task"):
+            store_dask_array(da.zeros(10, chunks=5), MemoryStore(), info, shards_per_task=bad)

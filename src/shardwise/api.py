@@ -361,6 +361,7 @@ def to_zarr(
     shards: SizeSpec = None,
     chunks: SizeSpec = None,
     write_order: str = "morton",
+    shards_per_task: int | Literal["auto"] | None = None,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
     does, with exactly one dask task writing each shard.
@@ -382,6 +383,11 @@ def to_zarr(
         Shards without inner chunks get ``"auto"`` inner chunks.
     write_order
         How inner chunks are laid out in a shard: ``"morton"`` (Z-order) or ``"C"``.
+    shards_per_task
+        For tiny shards: let one task write about this many shards, by grouping
+        neighbouring dask chunks (never splitting one) that hold fewer; ``"auto"``
+        groups toward dask's ``array.chunk-size`` of data per task. ``None`` (default):
+        one task per dask chunk, fused with the tasks that make the chunk.
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
@@ -409,6 +415,7 @@ def to_zarr(
             shards,
             chunks,
             write_order,
+            shards_per_task,
         )
     except ShardwiseError:
         raise
@@ -440,7 +447,16 @@ def to_zarr(
     for source, target, region_, offset in capture.items:
         fresh = mode == "w" or target.basename not in existing  # no shard exists yet
         writes.append(
-            _data_graph(source, target, region_, offset, write_empty_chunks, write_order, fresh)
+            _data_graph(
+                source,
+                target,
+                region_,
+                offset,
+                write_empty_chunks,
+                write_order,
+                fresh,
+                shards_per_task or 1,
+            )
         )
     if not compute:
         return _finish_graph(writes, zstore)
@@ -465,6 +481,7 @@ def _validate(
     shards: SizeSpec,
     chunks: SizeSpec,
     write_order: str,
+    shards_per_task: Any = None,
 ) -> tuple[str, Any, dict[Hashable, Any], set[str], int]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
     the store. Returns the mode, the dataset and encoding to write, the names of the
@@ -478,6 +495,17 @@ def _validate(
             "unknown write order",
             expected=f"one of {WRITE_ORDERS}",
             found=repr(write_order),
+        )
+    if shards_per_task not in (None, "auto") and (
+        isinstance(shards_per_task, bool)
+        or not isinstance(shards_per_task, int | np.integer)
+        or shards_per_task < 1
+    ):
+        raise WriteError(
+            "bad shards_per_task",
+            expected="None, an integer >= 1 or 'auto'",
+            found=repr(shards_per_task),
+            advice="Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
         )
     _check_spec("shards", shards, set(ds.dims))
     _check_spec("chunks", chunks, set(ds.dims))
@@ -624,6 +652,7 @@ def _data_graph(
     write_empty_chunks: bool | None,
     order: str,
     fresh: bool,
+    shards_per_task: int | str = 1,
 ) -> Any:
     """The delayed write of one dask variable into its zarr array (``fresh``: created
     by this call, so no shard of it exists yet)."""
@@ -641,6 +670,7 @@ def _data_graph(
             write_empty_chunks=bool(empty),
             order=order,
             fresh=fresh,
+            shards_per_task=shards_per_task,
         )
     return _store_aligned(source, target, region, offset)
 

@@ -65,6 +65,7 @@ __all__ = [
     "DimWrite",
     "ShardWrite",
     "WritePlan",
+    "batch_bounds",
     "fuse_blockwise",
     "plan_write",
     "split_block",
@@ -289,6 +290,39 @@ def split_block(layout: ShardLayout, box: Box) -> tuple[list[Shard], list[Shard]
     return whole, gathered
 
 
+def batch_bounds(
+    layout: ShardLayout,
+    chunks: Sequence[Sequence[int]],
+    offset: Sequence[int] | None,
+    shards_per_task: int,
+) -> tuple[tuple[int, ...], ...]:
+    """Groups of neighbouring blocks that hold about ``shards_per_task`` shards each:
+    per dimension, the indices of the blocks where a group starts, and the number of
+    blocks. Blocks are merged, never split: a group ends at the first block boundary at
+    or after the end of each run of shards, so groups of whole shards stay aligned, and
+    a block that holds more shards than asked for is a group of its own.
+
+    The shards are shared out from the last dimension (whose shards lie next to each
+    other in memory) to the first."""
+    plan = plan_write(layout, chunks, offset)
+    runs = [1] * layout.ndim
+    left = max(1, int(shards_per_task))
+    for axis in reversed(range(layout.ndim)):
+        runs[axis] = max(1, min(left, plan.dims[axis].nshards))
+        left = -(-left // runs[axis])
+    out: list[tuple[int, ...]] = []
+    for grid, d, run in zip(layout.dims, plan.dims, runs, strict=True):
+        nblocks = len(d.starts) - 1
+        if not d.nshards:
+            out.append((0, nblocks))
+            continue
+        first_of_run = np.arange(d.first + run, d.first + d.nshards, run, dtype=np.int64)
+        ends = grid.shard_bounds(first_of_run)[0]
+        cuts = np.searchsorted(d.starts, ends, side="left")
+        out.append(tuple(int(i) for i in np.unique(np.concatenate([[0], cuts, [nblocks]]))))
+    return tuple(out)
+
+
 def _inside(inner: Box, outer: Box) -> bool:
     return all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(inner, outer, strict=True))
 
@@ -469,6 +503,22 @@ def _encode_block(
     return {shard: _contribution(block, box, shard, target) for shard in gathered}
 
 
+def _encode_batch(
+    where: tuple[slice, ...], target: _Target, counts: tuple[int, ...], *blocks: Any
+) -> dict[Shard, Contribution]:
+    """The task of a group of neighbouring blocks (``counts`` of them along each
+    dimension, in C order): put them together and write them as one block."""
+    out = np.empty(tuple(s.stop - s.start for s in where), dtype=target.info.dtype)
+    starts = []
+    for axis, n in enumerate(counts):
+        step = math.prod(counts[axis + 1 :])
+        sizes = [np.shape(blocks[i * step])[axis] for i in range(n)]
+        starts.append([0, *itertools.accumulate(sizes)])
+    for pos, block in zip(np.ndindex(*counts), blocks, strict=True):
+        out[tuple(slice(s[i], s[i + 1]) for s, i in zip(starts, pos, strict=True))] = block
+    return _encode_block(out, where, target)
+
+
 def _pick(parts: dict[Shard, Contribution], shard: Shard) -> dict[Shard, Contribution]:
     """One shard's part of a block's parts (so that only it travels on)."""
     return {shard: parts[shard]}
@@ -582,6 +632,47 @@ def wait_for(name: str, graph: Any, keys: Sequence[Any]) -> Any:
     return WriteDelayed(root, HighLevelGraph(layers, deps), layer=name)
 
 
+def _shards_per_task(value: int | str, info: ArrayInfo) -> int:
+    """``shards_per_task`` as a number: ``"auto"`` is as many shards as make dask's
+    ``array.chunk-size`` (taking the first shard's size)."""
+    if value == "auto":
+        import dask.config
+        from dask.utils import parse_bytes
+
+        target = parse_bytes(dask.config.get("array.chunk-size"))
+        shard = math.prod(info.layout.shard_shape((0,) * info.ndim)) * info.dtype.itemsize
+        return max(1, int(target // max(shard, 1)))
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"shards_per_task must be an integer >= 1 or 'auto', got {value!r}")
+    return int(value)
+
+
+def _batch_layer(
+    name: str, source: Any, groups: tuple[tuple[int, ...], ...], plan: WritePlan, target: str
+) -> dict[Any, Any]:
+    """The encode layer of a batched write: a task per group of blocks of ``source``."""
+    from dask._task_spec import Task, TaskRef
+
+    layer: dict[Any, Any] = {}
+    with paused_gc():
+        for group in np.ndindex(*plan.numblocks):
+            ranges = [range(g[i], g[i + 1]) for g, i in zip(groups, group, strict=True)]
+            where = tuple(
+                slice(lo - o, hi - o)
+                for (lo, hi), o in zip(plan.block_box(group), plan.offset, strict=True)
+            )
+            key = (name, *group)
+            layer[key] = Task(
+                key,
+                _encode_batch,
+                where,
+                TaskRef(target),
+                tuple(len(r) for r in ranges),
+                *(TaskRef((source.name, *b)) for b in itertools.product(*ranges)),
+            )
+    return layer
+
+
 def store_dask_array(
     source: Any,
     store: Any,
@@ -591,6 +682,7 @@ def store_dask_array(
     write_empty_chunks: bool = False,
     order: str = "morton",
     fresh: bool = False,
+    shards_per_task: int | str = 1,
 ) -> Any:
     """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
     ``info`` of ``store`` at ``offset``; it computes to None.
@@ -602,7 +694,12 @@ def store_dask_array(
     few layers whatever the size (see the module's description).
 
     ``fresh=True`` says the array was just created, so no shard exists yet: partly
-    written shards are not read first, and empty ones need no delete."""
+    written shards are not read first, and empty ones need no delete.
+
+    ``shards_per_task`` above 1 groups neighbouring blocks that hold fewer shards than
+    that (:func:`batch_bounds`) and gives each group one task, which writes about that
+    many shards: fewer tasks for tiny shards. ``"auto"`` groups toward dask's
+    ``array.chunk-size`` of data per task."""
     from dask._task_spec import DataNode, Task, TaskRef
     from dask.base import tokenize
     from dask.delayed import Delayed
@@ -611,7 +708,19 @@ def store_dask_array(
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
-    plan = plan_write(info.layout, source.chunks, offset)
+    per_task = _shards_per_task(shards_per_task, info)
+    groups = None
+    if per_task > 1:
+        groups = batch_bounds(info.layout, source.chunks, offset, per_task)
+        if all(len(g) - 1 == len(c) for g, c in zip(groups, source.chunks, strict=True)):
+            groups = None  # every block is a group of its own already
+    chunks = source.chunks
+    if groups is not None:
+        chunks = tuple(
+            tuple(sum(c[a:b]) for a, b in itertools.pairwise(g))
+            for g, c in zip(groups, source.chunks, strict=True)
+        )
+    plan = plan_write(info.layout, chunks, offset)
     # every write is its own action: two writes must never share dask keys (a store's
     # name need not say which endpoint or account it reaches, so two stores of one name
     # would otherwise get one write when computed together)
@@ -624,6 +733,7 @@ def store_dask_array(
         write_empty_chunks,
         order,
         fresh,
+        per_task,
     )
     names = {
         part: f"shardwise-{part}-{token}" for part in ("target", "encode", "split", "shard", "done")
@@ -641,16 +751,23 @@ def store_dask_array(
     target_graph = HighLevelGraph(
         {target_key: {target_key: DataNode(target_key, target)}}, {target_key: set()}
     )
-    encoded = source.map_blocks(
-        _encode_block,
-        ArraySliceDep(source.chunks),
-        Delayed(target_key, target_graph),
-        name=names["encode"],
-        meta=np.empty((0,) * source.ndim, dtype=object),
-    )
-    graph = fuse_blockwise(encoded.__dask_graph__(), names["encode"])
-    layers = dict(graph.layers)
-    deps = dict(graph.dependencies)
+    if groups is None:  # a task per block, fused with the source's blockwise layers
+        encoded = source.map_blocks(
+            _encode_block,
+            ArraySliceDep(source.chunks),
+            Delayed(target_key, target_graph),
+            name=names["encode"],
+            meta=np.empty((0,) * source.ndim, dtype=object),
+        )
+        graph = fuse_blockwise(encoded.__dask_graph__(), names["encode"])
+        layers = dict(graph.layers)
+        deps = dict(graph.dependencies)
+    else:  # a task per group of blocks
+        graph = HighLevelGraph.merge(source.__dask_graph__(), target_graph)
+        layers = dict(graph.layers)
+        deps = dict(graph.dependencies)
+        layers[names["encode"]] = _batch_layer(names["encode"], source, groups, plan, target_key)
+        deps[names["encode"]] = {*source.__dask_layers__(), target_key}
 
     encode_keys: list[Any]
     if not plan.ngathered:  # every shard is written by its block's task
