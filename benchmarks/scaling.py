@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import CpuMeter, machine, print_cpu
@@ -289,37 +290,66 @@ def print_builds(rows: list[dict[str, Any]]) -> None:
 
 
 # -- part 2: running -----------------------------------------------------------------
-def _scheduler_start(dask_scheduler: Any) -> None:
-    import psutil
-    from tornado.ioloop import PeriodicCallback
+class Probe(SchedulerPlugin):
+    """A scheduler plugin: when the scheduler first hands a task to a worker, how many
+    tasks finished, and the scheduler process's peak memory (sampled every 20 ms) and
+    CPU time since :meth:`reset`."""
 
-    proc = psutil.Process()
-    now = proc.memory_info().rss
-    state: dict[str, Any] = {"base": now, "peak": now, "cpu": sum(proc.cpu_times()[:2])}
-    state["first"] = None
+    name = "shardwise-scaling-probe"
 
-    def sample() -> None:
-        state["peak"] = max(state["peak"], proc.memory_info().rss)
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.done = 0
 
-    callback = PeriodicCallback(sample, 20)
-    callback.start()
-    state["callback"] = callback
-    dask_scheduler._scaling_probe = state
+    async def start(self, scheduler: Any) -> None:
+        from tornado.ioloop import PeriodicCallback
+
+        self.reset()
+        self.callback = PeriodicCallback(self.sample, 20)
+        self.callback.start()
+
+    def reset(self) -> None:
+        """Start measuring, from the memory the scheduler holds once the last run's
+        garbage is collected and its freed heap handed back to the system (a process
+        otherwise keeps the memory it grew to, and the next run's rise is hidden)."""
+        import ctypes
+        import gc
+
+        import psutil
+
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        self.proc = psutil.Process()
+        self.base = self.peak = self.proc.memory_info().rss
+        self.cpu = sum(self.proc.cpu_times()[:2])
+        self.first, self.done = None, 0
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "processing" and self.first is None:
+            self.first = time.time()
+        elif start == "processing" and finish == "memory":
+            self.done += 1
+
+    def report(self) -> dict[str, Any]:
+        self.sample()
+        return {
+            "first": self.first,
+            "done": self.done,
+            "base": self.base,
+            "peak": self.peak,
+            "cpu": sum(self.proc.cpu_times()[:2]) - self.cpu,
+        }
 
 
-def _scheduler_stop(dask_scheduler: Any) -> dict[str, float]:
-    import psutil
+def _probe_reset(dask_scheduler: Any) -> None:
+    dask_scheduler.plugins[Probe.name].reset()
 
-    proc = psutil.Process()
-    state = dask_scheduler._scaling_probe
-    state["callback"].stop()
-    after = proc.memory_info().rss
-    return {
-        "base": state["base"],
-        "peak": max(state["peak"], after),
-        "after": after,
-        "cpu": sum(proc.cpu_times()[:2]) - state["cpu"],
-    }
+
+def _probe_report(dask_scheduler: Any) -> dict[str, Any]:
+    return dask_scheduler.plugins[Probe.name].report()
 
 
 def shipped_bytes(collection: Any) -> int:
@@ -370,17 +400,20 @@ def run_writes(client: Any, sizes: list[int], workdir: Path) -> list[dict[str, A
                 shards_per_task=per_task,
             )
             ship = shipped_bytes(delayed)
-            client.run_on_scheduler(_scheduler_start)
-            with distributed.get_task_stream(client) as stream:
-                start_wall = time.time()
-                start = time.perf_counter()
-                client.compute(delayed).result()
-                seconds = time.perf_counter() - start
-            sched = client.run_on_scheduler(_scheduler_stop)
-            starts = [ss["start"] for t in stream.data for ss in t["startstops"]]
-            tasks = len(stream.data)
-            first = min(starts) - start_wall if starts else float("nan")
-            back = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+            client.run_on_scheduler(_probe_reset)
+            start_wall = time.time()
+            start = time.perf_counter()
+            client.compute(delayed).result()
+            seconds = time.perf_counter() - start
+            sched = client.run_on_scheduler(_probe_report)
+            tasks = sched["done"]
+            first = sched["first"] - start_wall
+            # checked in 16 reads of many shards each (a read task per shard would take
+            # as long as the write)
+            rows_per_read = max(SHARD[0], nrows // 16 // SHARD[0] * SHARD[0])
+            back = xr.open_dataset(
+                path, engine="shardwise", chunks={"t": rows_per_read}, consolidated=False
+            )
             total = float(back.v.sum(dtype="f8").compute())
             assert total == expected_sum(nrows), (source, per_task, total)
             row = {
@@ -394,6 +427,7 @@ def run_writes(client: Any, sizes: list[int], workdir: Path) -> list[dict[str, A
                 "sched_cpu_ms_per_task": 1e3 * sched["cpu"] / tasks,
                 "sched_peak_kib_per_task": (sched["peak"] - sched["base"]) / 1024 / tasks,
                 "sched_peak_mib": (sched["peak"] - sched["base"]) / 2**20,
+                "sched_base_mib": sched["base"] / 2**20,
             }
             rows.append(row)
             print(
@@ -458,8 +492,11 @@ def main(argv: list[str] | None = None) -> None:
             tempfile.TemporaryDirectory(prefix="shardwise-scaling-") as tmp,
         ):
             client.wait_for_workers(2)
+            client.register_plugin(Probe())
             runs = run_writes(client, args.run, Path(tmp))
-    cpu = meter.stop()
+            cpu = meter.stop()  # while the cluster's processes are alive to be counted
+    else:
+        cpu = meter.stop()
     if builds:
         print_builds(builds)
     if runs:

@@ -117,3 +117,42 @@ def test_fanout_read_on_worker_processes(client, weather_store):
     keys = [t["key"] for t in stream.data]
     touched = {k[1] for k in keys if isinstance(k, tuple) and "shardwise-index-" in k[0]}
     assert touched == {3}, keys  # the last of 4 shards along time
+
+
+@pytest.mark.slow
+def test_batched_write_of_persisted_data_on_worker_processes(client, tmp_path):
+    """shards_per_task on worker processes, from a dataset persisted there: one task per
+    group of 8 dask chunks (their blocks fetched from wherever they live), one put per
+    shard, every value in place; a misaligned region write batched the same way."""
+    import dask.utils
+
+    import shardwise
+
+    data = np.arange(640 * 64, dtype="f4").reshape(640, 64)
+    ds = xr.Dataset({"v": (("t", "x"), data)}).chunk({"t": 16}).persist()
+    distributed.wait(ds)
+    with distributed.get_task_stream(client) as stream:
+        shardwise.to_zarr(
+            ds,
+            tmp_path / "s.zarr",
+            shards={"t": 16},
+            chunks={"t": 8},
+            consolidated=False,
+            shards_per_task=8,
+        )
+    names = [dask.utils.key_split(t["key"]) for t in stream.data]
+    assert names.count("shardwise-encode") == 5  # 40 shards, 8 per task
+    assert "shardwise-shard" not in names
+    assert len(list((tmp_path / "s.zarr" / "v" / "c").iterdir())) == 40
+    part = xr.Dataset({"v": (("t", "x"), -data[100:500])}).chunk({"t": 24})
+    shardwise.to_zarr(
+        part,
+        tmp_path / "s.zarr",
+        region={"t": slice(100, 500)},
+        shards_per_task=4,
+        consolidated=False,
+    )
+    expected = data.copy()
+    expected[100:500] *= -1
+    back = xr.open_dataset(tmp_path / "s.zarr", engine="shardwise", chunks={}, consolidated=False)
+    np.testing.assert_array_equal(back.v.values, expected)

@@ -158,3 +158,37 @@ def test_fanout_graph_is_built_in_a_fixed_number_of_steps(tmp_path, monkeypatch)
         k: v for k, v in tasks_big.items() if v > 10
     }
     assert tasks_big["shardwise-index"] == 400  # one per shard
+
+
+def test_writing_in_pieces_as_docs_scaling_says(tmp_path):
+    """docs/scaling.md: create the store once (compute=False writes the metadata and
+    coordinates), then write shard-aligned pieces as region writes, each its own small
+    graph, a few in flight at a time."""
+    import pandas as pd
+
+    ds = dataset(40 * SHARD[0], 24).assign_coords(
+        t=pd.date_range("2000-01-01", periods=40 * SHARD[0], freq="h")
+    )
+    path = tmp_path / "pieces.zarr"
+    shardwise.to_zarr(
+        ds,
+        path,
+        encoding={"v": {"shards": SHARD, "chunks": INNER}},
+        compute=False,
+        consolidated=False,
+    )
+    step = 10 * SHARD[0]  # a multiple of the shard length: no two pieces share a shard
+    pieces = [
+        shardwise.to_zarr(
+            ds[["v"]].isel(t=slice(start, start + step)),
+            path,
+            region={"t": slice(start, start + step)},
+            compute=False,
+            consolidated=False,
+        )
+        for start in range(0, ds.sizes["t"], step)
+    ]
+    with dask.config.set(scheduler="threads"):
+        for i in range(0, len(pieces), 2):  # two pieces at a time
+            dask.compute(*pieces[i : i + 2])
+    xr.testing.assert_identical(xr.open_zarr(path, consolidated=False).compute(), ds.compute())

@@ -496,17 +496,18 @@ def _validate(
             expected=f"one of {WRITE_ORDERS}",
             found=repr(write_order),
         )
-    if shards_per_task not in (None, "auto") and (
-        isinstance(shards_per_task, bool)
-        or not isinstance(shards_per_task, int | np.integer)
-        or shards_per_task < 1
-    ):
+    from shardwise.writer import check_shards_per_task
+
+    try:
+        if shards_per_task is not None:
+            check_shards_per_task(shards_per_task)
+    except ValueError:
         raise WriteError(
             "bad shards_per_task",
             expected="None, an integer >= 1 or 'auto'",
             found=repr(shards_per_task),
             advice="Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
-        )
+        ) from None
     _check_spec("shards", shards, set(ds.dims))
     _check_spec("chunks", chunks, set(ds.dims))
     if isinstance(region, Mapping):

@@ -66,6 +66,7 @@ __all__ = [
     "ShardWrite",
     "WritePlan",
     "batch_bounds",
+    "check_shards_per_task",
     "fuse_blockwise",
     "plan_write",
     "split_block",
@@ -632,9 +633,18 @@ def wait_for(name: str, graph: Any, keys: Sequence[Any]) -> Any:
     return WriteDelayed(root, HighLevelGraph(layers, deps), layer=name)
 
 
+def check_shards_per_task(value: Any) -> None:
+    """Refuse a ``shards_per_task`` that is not an integer >= 1 or ``"auto"``."""
+    if value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"shards_per_task must be an integer >= 1 or 'auto', got {value!r}")
+
+
 def _shards_per_task(value: int | str, info: ArrayInfo) -> int:
     """``shards_per_task`` as a number: ``"auto"`` is as many shards as make dask's
     ``array.chunk-size`` (taking the first shard's size)."""
+    check_shards_per_task(value)
     if value == "auto":
         import dask.config
         from dask.utils import parse_bytes
@@ -642,8 +652,6 @@ def _shards_per_task(value: int | str, info: ArrayInfo) -> int:
         target = parse_bytes(dask.config.get("array.chunk-size"))
         shard = math.prod(info.layout.shard_shape((0,) * info.ndim)) * info.dtype.itemsize
         return max(1, int(target // max(shard, 1)))
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"shards_per_task must be an integer >= 1 or 'auto', got {value!r}")
     return int(value)
 
 
