@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-scaling clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "shardwise needs Python >= 3.12, found " + sys.version.split()[0] + " at " + sys.executable)'
@@ -32,6 +32,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_throughput.py
 	$(BIN)/python benchmarks/write_throughput.py
 	$(BIN)/python benchmarks/read_fanout.py
+
+bench-scaling: $(STAMP)
+	$(BIN)/python benchmarks/scaling.py
 
 clean:
 	rm -rf $(VENV) demo-data benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis
