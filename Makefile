@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_throughput.py
 	$(BIN)/python benchmarks/write_throughput.py
 	$(BIN)/python benchmarks/read_fanout.py
+	$(BIN)/python benchmarks/rectilinear.py
 
 bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

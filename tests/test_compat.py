@@ -261,6 +261,34 @@ RECTILINEAR_CASES = [
         Case(shape=(5, 12, 7), shard=((5,), (2, 4, 6), (3, 4)), inner=(5, 2, 1), write="partial"),
         "rectilinear-sharded-3d-partial",
     ),
+    _p(
+        Case(
+            shape=(20,),
+            shard=((4, 4, 4, 4, 2, 2),),  # stored as [value, count] runs
+            inner=(2,),
+            fill=5,
+            write="sparse",
+            index_location="start",
+            compressors=("zstd",),
+        ),
+        "rectilinear-sharded-1d-runs",
+    ),
+    _p(
+        Case(shape=(20,), shard=((6, 6, 8),), inner=(2,), resize=(17,)),
+        "rectilinear-sharded-1d-past-the-end",
+    ),
+    _p(
+        Case(
+            dtype="float64",
+            shape=(6, 5, 4, 3),
+            shard=((2, 4), (1, 4), (4,), (1, 2)),
+            inner=(2, 1, 2, 1),
+            fill=-1.5,
+            write="partial",
+            compressors=("gzip",),
+        ),
+        "rectilinear-sharded-4d-partial",
+    ),
     _p(Case(shape=(10, 7), shard=((3, 7), (1, 2, 4)), inner=None), "rectilinear-unsharded"),
     _p(
         Case(shape=(10, 7), shard=((3, 7), (1, 2, 4)), inner=None, write="partial", fill=9),

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
@@ -37,6 +38,7 @@ DEFAULT_CHUNK_BYTES = "1 MiB"
 _FIXED_KINDS = "biufcmM"  # dtype kinds the shard writer handles (fixed size)
 
 SizeSpec = None | Literal["auto"] | Mapping[Hashable, int]
+ShardSpec = SizeSpec | Literal["dask"]
 
 
 # -- shard and chunk shapes --------------------------------------------------------------
@@ -156,12 +158,14 @@ def _by_dim(
 
 
 def _check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
-    if spec is None or spec == "auto":
+    if spec is None or spec == "auto" or (name == "shards" and spec == "dask"):
         return
     if not isinstance(spec, Mapping):
         raise WriteError(
             f"`{name}=` takes sizes by dimension name",
-            expected="None, 'auto' or a mapping such as {'time': 100}",
+            expected="None, 'auto'"
+            + (", 'dask'" if name == "shards" else "")
+            + " or a mapping such as {'time': 100}",
             found=repr(spec),
             advice=f"Give per-variable shapes in encoding={{var: {{{name!r}: (...)}}}}.",
         )
@@ -175,17 +179,30 @@ def _check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
         )
 
 
+def _nested(spec: Any) -> bool:
+    return isinstance(spec, tuple | list) and any(isinstance(x, tuple | list) for x in spec)
+
+
 def _plan_encoding(
     ds: Any,
     encoding: Mapping[Hashable, Mapping[str, Any]],
-    shards: SizeSpec,
+    shards: ShardSpec,
     chunks: SizeSpec,
     existing: set[str],
-) -> tuple[Any, dict[Hashable, dict[str, Any]]]:
+    zarr_format: int = 3,
+) -> tuple[Any, dict[Hashable, dict[str, Any]], dict[str, tuple[Any, ...]]]:
     """Apply ``shards=``/``chunks=`` to the variables the call creates. Explicit
     per-variable ``encoding`` wins; the shapes inherited in ``variable.encoding`` (from
-    the store a dataset was opened from) give way to the arguments."""
+    the store a dataset was opened from) give way to the arguments.
+
+    Also returns the rectilinear shard grids to write, by variable name: xarray cannot
+    write them, so the encoding handed to it holds regular placeholder shards (the
+    inner chunks) and :class:`_Capture` rewrites the array's grid once xarray has
+    created it."""
+    from shardwise import rectilinear as rl
+
     out_encoding = {k: dict(v) for k, v in encoding.items()}
+    grids: dict[str, tuple[Any, ...]] = {}
     ds = ds.copy(deep=False)
     for name, var in ds.variables.items():
         if str(name) in existing or var.ndim == 0:
@@ -197,7 +214,34 @@ def _plan_encoding(
         if not explicit and (shards is not None or chunks is not None):
             for k in ("chunks", "shards", "preferred_chunks"):
                 enc.pop(k, None)
-        if "shards" not in enc and shards is not None:
+        if not explicit and _nested(enc.get("shards")):
+            # a grid inherited from the store the data came from: the dask chunks
+            # (which may have changed since) decide instead
+            for k in ("chunks", "shards", "preferred_chunks"):
+                enc.pop(k, None)
+        edges = _rectilinear_edges(name, var, enc, shards)
+        if edges is not None:
+            if zarr_format == 2:
+                raise WriteError(
+                    "irregular dask chunks become rectilinear shards, which need Zarr format 3",
+                    expected="zarr_format=3 (or None for a new store)",
+                    found=f"zarr_format=2 and dask chunks {_sizes_text(var)}",
+                    array=str(name),
+                    advice="Write Zarr v3, or rechunk to regular sizes first (ds.chunk({...})).",
+                )
+            enc.pop("shards", None)
+            enc["chunks"] = _rectilinear_inner(name, var, enc, edges, chunks, itemsize)
+            inner = tuple(enc["chunks"])
+            rl.check_inner(name, var.dims, edges, inner, var.shape)
+            edges = tuple(
+                e if isinstance(e, int) else rl.single(rl.pad(e, c))
+                for e, c in zip(edges, inner, strict=True)
+            )
+            grids[str(name)] = edges
+            enc["shards"] = inner  # the placeholder xarray writes
+        elif shards == "dask" and blocks is not None and "shards" not in enc and 0 not in var.shape:
+            enc["shards"] = tuple(b[0] for b in blocks)
+        if "shards" not in enc and shards is not None and shards != "dask":
             if shards == "auto":
                 enc["shards"] = auto_shards(var.shape, itemsize, blocks)
             else:
@@ -214,7 +258,87 @@ def _plan_encoding(
             out_encoding[name] = enc
         else:
             var.encoding = enc
-    return ds, out_encoding
+    return ds, out_encoding, grids
+
+
+def _sizes_text(var: Any) -> str:
+    from shardwise.rectilinear import _short
+
+    return ", ".join(
+        f"{d}: {_short(tuple(c))}" for d, c in zip(var.dims, var.chunks or (), strict=True)
+    )
+
+
+def _rectilinear_edges(
+    name: Hashable, var: Any, enc: Mapping[str, Any], shards: ShardSpec
+) -> tuple[Any, ...] | None:
+    """The rectilinear shard grid a new variable gets, or None for a regular one:
+    nested ``shards`` in its encoding, or its dask chunks where they are irregular and
+    no shard shape is given (or ``shards="dask"``). Regular dimensions keep one size."""
+    from shardwise import rectilinear as rl
+
+    given = enc.get("shards")
+    if _nested(given):
+        edges: list[Any] = []
+        for dim, e, n in zip(var.dims, given or (), var.shape, strict=True):
+            if isinstance(e, int | np.integer):
+                edges.append(int(e))  # a regular dimension
+                bad = e < 1
+            else:
+                edges.append(tuple(int(x) for x in e))
+                bad = any(x < 1 for x in edges[-1]) or sum(edges[-1]) < n
+            if bad:
+                raise WriteError(
+                    "the rectilinear shard sizes do not cover the array",
+                    expected=f"sizes >= 1 adding up to at least {n} along {dim!r}",
+                    found=f"shard sizes {rl._short(edges[-1])}",
+                    array=str(name),
+                )
+        return tuple(edges)
+    blocks = var.chunks
+    if (
+        given is not None
+        or blocks is None
+        or var.dtype.kind not in _FIXED_KINDS
+        or (shards is not None and shards != "dask")
+        or 0 in var.shape
+    ):
+        return None
+    if all(rl.is_regular(b) for b in blocks):
+        return None
+    rl.check_blocks(name, var.dims, blocks)
+    # a dimension in one dask chunk stays a list of one edge until padded (below)
+    return tuple(b[0] if rl.is_regular(b) and len(b) > 1 else tuple(b) for b in blocks)
+
+
+def _rectilinear_inner(
+    name: Hashable,
+    var: Any,
+    enc: Mapping[str, Any],
+    edges: tuple[Any, ...],
+    chunks: SizeSpec,
+    itemsize: int,
+) -> tuple[int, ...]:
+    from shardwise import rectilinear as rl
+
+    given = enc.get("chunks")
+    if given is not None and given != "auto":
+        if isinstance(given, int | np.integer):
+            return (int(given),) * var.ndim
+        inner = tuple(given)
+        if len(inner) != var.ndim:
+            raise WriteError(
+                "the inner chunk shape has the wrong number of dimensions",
+                expected=f"{var.ndim} sizes for dimensions {var.dims}",
+                found=f"chunks {inner}",
+                array=str(name),
+            )
+        return inner
+    target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    auto = rl.auto_inner(name, var.dims, edges, var.shape, itemsize, target)
+    if isinstance(chunks, Mapping):
+        return _by_dim(chunks, var.dims, auto)
+    return auto
 
 
 def _check_shapes(name: Hashable, var: Any, enc: Mapping[str, Any]) -> None:
@@ -241,16 +365,21 @@ def _check_shapes(name: Hashable, var: Any, enc: Mapping[str, Any]) -> None:
 class _Capture:
     """Stands in for xarray's ``ArrayWriter``: numpy data is written at once through
     zarr-python (as xarray does), dask data is kept for shardwise's graph. In a dry
-    run nothing is written, only checked."""
+    run nothing is written, only checked.
 
-    def __init__(self, *, dry: bool) -> None:
+    New arrays that get a rectilinear shard grid (``grids``, by name) have it written
+    here, when xarray hands over the array it created."""
+
+    def __init__(self, *, dry: bool, grids: Mapping[str, tuple[Any, ...]] | None = None) -> None:
         self.dry = dry
+        self.grids = dict(grids or {})
         # (dask array, zarr array, region, offset of the region)
         self.items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]] = []
 
     def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
         from xarray.namedarray.pycompat import is_chunked_array
 
+        target = self._regrid(target)
         region = tuple(region) if region else (slice(None),) * len(target.shape)
         offset = _offsets(source, target, region)
         if is_chunked_array(source):
@@ -258,8 +387,99 @@ class _Capture:
         elif not self.dry:
             target[region] = source
 
+    def _regrid(self, target: Any) -> Any:
+        """``target`` with its rectilinear grid written, when it gets one."""
+        from shardwise import rectilinear as rl
+
+        name = target.basename
+        if name not in self.grids:
+            return target
+        return rl.write_grid(target, self.grids[name])
+
     def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
         return None
+
+
+def _grow_grids(
+    zstore: Any, ds: Any, existing: set[str], append_dim: Hashable | None, dask_shards: bool
+) -> None:
+    """Before an append: write the grids the existing arrays will have, where the
+    appended dask chunks become shards (rectilinear arrays, and sharded regular ones
+    with ``shards="dask"``). The edges then reach past the stored extent (as the spec
+    allows) and xarray's resize keeps them, rather than adding one edge for all the
+    appended values."""
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
+
+    from shardwise import rectilinear as rl
+
+    if append_dim is None:
+        return
+    for name, var in ds.variables.items():
+        if str(name) not in existing or append_dim not in var.dims or var.chunks is None:
+            continue
+        array = zstore.zarr_group[str(name)]
+        metadata = array.metadata
+        sharding = getattr(metadata, "sharding_codec", None)
+        if metadata.zarr_format != 3:
+            continue
+        grid = metadata.chunk_grid
+        if isinstance(grid, RectilinearChunkGridMetadata):
+            old = tuple(grid.chunk_shapes)
+        elif dask_shards and sharding is not None:
+            old = tuple(grid.chunk_shape)
+        else:
+            continue
+        dims = tuple(metadata.dimension_names or ())
+        if append_dim not in dims:
+            continue
+        axis = dims.index(append_dim)
+        if isinstance(old[axis], int) and not dask_shards:
+            continue  # a regular dimension of a rectilinear grid stays regular
+        inner = tuple(sharding.chunk_shape) if sharding is not None else (1,) * len(old)
+        blocks = var.chunksizes[append_dim]
+        n = array.shape[axis]
+        edges = list(old)
+        edges[axis] = rl.extend(old[axis], n, n + sum(blocks), blocks, inner[axis])
+        shape = list(array.shape)
+        shape[axis] += sum(blocks)
+        rl.check_inner(name, dims, edges, inner, shape)
+        rl.write_grid(array, edges)
+
+
+@contextmanager
+def _regular_placeholders(zstore: Any) -> Iterator[None]:
+    """xarray refuses the rectilinear ``shards`` it reads from an existing array when
+    it checks the encoding of data appended or written into that array (the encoding
+    is not used for existing arrays): give it the inner chunks instead. ``ZarrStore``
+    has ``__slots__``, so for the duration of the block the store is an instance of a
+    subclass that only overrides ``open_store_variable`` (and is then a plain,
+    picklable ``ZarrStore`` again)."""
+    global _PlaceholderStore
+    if _PlaceholderStore is None:
+        from xarray.backends.zarr import ZarrStore
+
+        class PlaceholderStore(ZarrStore):
+            __slots__ = ()
+
+            def open_store_variable(self, name: str) -> Any:
+                var = super().open_store_variable(name)
+                if _nested(var.encoding.get("shards")):
+                    var.encoding["shards"] = tuple(var.encoding["chunks"])
+                return var
+
+        _PlaceholderStore = PlaceholderStore
+    original = type(zstore)
+    if original is not _PlaceholderStore.__mro__[1]:
+        yield
+        return
+    zstore.__class__ = _PlaceholderStore
+    try:
+        yield
+    finally:
+        zstore.__class__ = original
+
+
+_PlaceholderStore: Any = None
 
 
 def _offsets(source: Any, target: Any, region: tuple[slice, ...]) -> tuple[int, ...]:
@@ -336,9 +556,10 @@ def _metadata_step(
 ) -> None:
     from xarray.backends.writers import dump_to_store
 
-    ds = zstore._validate_and_autodetect_region(ds)
-    zstore._validate_encoding(encoding)
-    dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
+    with _regular_placeholders(zstore):
+        ds = zstore._validate_and_autodetect_region(ds)
+        zstore._validate_encoding(encoding)
+        dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
 
 
 def to_zarr(
@@ -358,7 +579,7 @@ def to_zarr(
     zarr_format: int | None = None,
     write_empty_chunks: bool | None = None,
     chunkmanager_store_kwargs: dict[str, Any] | None = None,
-    shards: SizeSpec = None,
+    shards: ShardSpec = None,
     chunks: SizeSpec = None,
     write_order: str = "morton",
     shards_per_task: int | Literal["auto"] | None = None,
@@ -381,6 +602,13 @@ def to_zarr(
         ``shardwise.shard-bytes`` (128 MiB), inner chunks dividing them toward
         ``shardwise.chunk-bytes`` (1 MiB). A variable's explicit ``encoding`` wins.
         Shards without inner chunks get ``"auto"`` inner chunks.
+
+        ``shards="dask"``: every dask chunk becomes one shard, regular or not. Where a
+        variable's dask chunks are irregular the shards form a *rectilinear* grid
+        (variable-size shards; regular inner chunks that divide every shard but the
+        last); this is also what happens when no shard shape is given. On an append,
+        ``shards="dask"`` turns a regular array's grid rectilinear; appends to a
+        rectilinear array always add the appended dask chunks as shards.
     write_order
         How inner chunks are laid out in a shard: ``"morton"`` (Z-order) or ``"C"``.
     shards_per_task
@@ -395,52 +623,56 @@ def to_zarr(
     import dask
     from xarray.backends.writers import get_writable_zarr_store
 
+    from shardwise import rectilinear
+
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
     if store is None:
         from zarr.storage import MemoryStore
 
         store = MemoryStore()
-    try:
-        mode, ds, encoding, existing, zarr_format = _validate(
-            ds,
-            store,
-            mode,
-            group,
-            encoding,
-            append_dim,
-            region,
-            storage_options,
-            zarr_format,
-            shards,
-            chunks,
-            write_order,
-            shards_per_task,
-        )
-    except ShardwiseError:
-        raise
-    except ValueError as e:
-        raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
+    with rectilinear.enabled():  # zarr-python's flag, for this call only
+        try:
+            mode, ds, encoding, existing, zarr_format, grids = _validate(
+                ds,
+                store,
+                mode,
+                group,
+                encoding,
+                append_dim,
+                region,
+                storage_options,
+                zarr_format,
+                shards,
+                chunks,
+                write_order,
+                shards_per_task,
+            )
+        except ShardwiseError:
+            raise
+        except ValueError as e:
+            raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
 
-    # the real metadata step (numpy data is written here, as xarray does)
-    zstore = get_writable_zarr_store(
-        store,
-        group=group,
-        consolidated=consolidated,
-        storage_options=storage_options,
-        zarr_format=zarr_format,
-        write_empty_chunks=write_empty_chunks,
-        mode=mode,  # type: ignore[arg-type]
-        append_dim=append_dim,
-        region=region,
-        safe_chunks=False,
-    )
-    capture = _Capture(dry=False)
-    try:
-        _metadata_step(ds, zstore, encoding, capture)
-    except BaseException:
-        zstore.close()
-        raise
+        # the real metadata step (numpy data is written here, as xarray does)
+        zstore = get_writable_zarr_store(
+            store,
+            group=group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            mode=mode,  # type: ignore[arg-type]
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=False,
+        )
+        try:
+            _grow_grids(zstore, ds, existing, append_dim, shards == "dask")
+            capture = _Capture(dry=False, grids=grids)
+            _metadata_step(ds, zstore, encoding, capture)
+        except BaseException:
+            zstore.close()
+            raise
 
     # the data step: one graph for all dask variables
     writes = []
@@ -478,15 +710,16 @@ def _validate(
     region: Any,
     storage_options: Any,
     zarr_format: int | None,
-    shards: SizeSpec,
+    shards: ShardSpec,
     chunks: SizeSpec,
     write_order: str,
     shards_per_task: Any = None,
-) -> tuple[str, Any, dict[Hashable, Any], set[str], int]:
+) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
     the store. Returns the mode, the dataset and encoding to write, the names of the
-    arrays that exist already, and the Zarr format (when not given: the existing
-    group's, when the call adds to one, else 3)."""
+    arrays that exist already, the Zarr format (when not given: the existing
+    group's, when the call adds to one, else 3) and the rectilinear grids of new
+    arrays."""
     from xarray.backends.writers import get_writable_zarr_store
     from xarray.backends.zarr import _choose_default_mode
 
@@ -549,12 +782,13 @@ def _validate(
     _check_dtypes(ds, dry, existing, group)
     if isinstance(region, Mapping):
         _check_region(ds, dry, region)
-    ds, encoding = _plan_encoding(ds, encoding, shards, chunks, existing)
-    _metadata_step(ds, dry, encoding, _Capture(dry=True))
-    return mode, ds, encoding, existing, zarr_format
+    ds, encoding, grids = _plan_encoding(ds, encoding, shards, chunks, existing, zarr_format)
+    _grow_grids(dry, ds, existing, append_dim, shards == "dask")
+    _metadata_step(ds, dry, encoding, _Capture(dry=True, grids=grids))
+    return mode, ds, encoding, existing, zarr_format, grids
 
 
-def _check_v2_shards(zarr_format: int, shards: SizeSpec, encoding: Mapping[Hashable, Any]) -> None:
+def _check_v2_shards(zarr_format: int, shards: ShardSpec, encoding: Mapping[Hashable, Any]) -> None:
     if zarr_format == 2 and (
         shards is not None or any(e.get("shards") is not None for e in encoding.values())
     ):

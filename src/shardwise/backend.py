@@ -171,9 +171,11 @@ def _naming_bad_metadata(
     error naming the document; anything else passes through unchanged."""
     from shardwise.errors import ShardwiseError
     from shardwise.metadata import PARSE_ERRORS, metadata_error
+    from shardwise.rectilinear import enabled
 
     try:
-        yield
+        with enabled():  # zarr-python reads rectilinear grids only with its flag on
+            yield
     except ShardwiseError:
         raise
     except PARSE_ERRORS as e:

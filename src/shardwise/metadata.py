@@ -106,6 +106,8 @@ def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.errors import UnknownCodecError
 
+    from shardwise.rectilinear import enabled
+
     path = key.removesuffix("zarr.json").strip("/")
 
     def bad(found: str) -> UnsupportedArrayError:
@@ -134,7 +136,8 @@ def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo
         if node == "group":
             GroupMetadata.from_dict(doc)
             return None
-        metadata = ArrayV3Metadata.from_dict(doc)
+        with enabled():  # zarr-python reads rectilinear grids only with its flag on
+            metadata = ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
         raise UnsupportedCodecError(
             "the array's metadata names a codec zarr-python does not know",

@@ -81,8 +81,13 @@ class ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``)."""
         import zarr
 
+        from shardwise.rectilinear import enabled
+
         try:
-            arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
+            with enabled():  # zarr-python reads rectilinear grids only with its flag on
+                arr = zarr.open_array(
+                    store=store, path=path, mode="r", storage_options=storage_options
+                )
             info = ArrayInfo.from_metadata(arr.metadata, arr.path)
         except ShardwiseError:
             raise

@@ -50,9 +50,13 @@ def _grids(
     """The arrays directly in the group (those in ``variables``, when given)."""
     import zarr
 
-    root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
+    from shardwise.rectilinear import enabled
+
+    with enabled():  # zarr-python reads rectilinear grids only with its flag on
+        root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
+        arrays = sorted(root.arrays())
     out = []
-    for name, arr in sorted(root.arrays()):
+    for name, arr in arrays:
         if variables is not None and name not in variables:
             continue
         if arr.metadata.zarr_format == 3:
