@@ -98,6 +98,84 @@ class _ShardwiseDataStore(AbstractDataStore):
         self._zarr_store.close()
 
 
+class _DraftDataStore(AbstractDataStore):
+    """A group of a store of the 2022 sharding draft (:mod:`shardwise.legacy`): the
+    metadata from its documents, the data by shardwise's readers. Its arrays are read
+    as zarr-python 2 read them: ``_ARRAY_DIMENSIONS`` names the dimensions (else
+    ``dim_0``, ``dim_1``...) and the fill value is the missing-value mark
+    (``_FillValue``), as ``engine="zarr"`` treats Zarr v2 arrays."""
+
+    def __init__(self, draft: Any, group: str, options: ReadOptions) -> None:
+        self._draft = draft
+        self._group = group.strip("/")
+        self._options = options
+        self.readers: dict[str, ArrayReader] = {}
+
+    def get_variables(self) -> Mapping[str, Any]:
+        from xarray import Variable
+        from xarray.core import indexing
+        from xarray.core.utils import FrozenDict
+
+        from shardwise.reader import ArrayReader
+
+        variables = {}
+        for name in self._draft.arrays(self._group):
+            info = self._draft.info(f"{self._group}/{name}" if self._group else name)
+            reader = ArrayReader(self._draft.store, info, self._options)
+            self.readers[name] = reader
+            attrs = dict(info.attributes)
+            dims = attrs.pop("_ARRAY_DIMENSIONS", None)
+            if not isinstance(dims, list) or len(dims) != info.ndim:
+                dims = [f"dim_{i}" for i in range(info.ndim)]
+            fill = info.fill_value
+            if fill is not None:
+                attrs["_FillValue"] = fill
+            shards = _preferred_chunks(info)
+            encoding = {
+                "chunks": info.inner_chunk_shape or shards,
+                "preferred_chunks": dict(zip(dims, shards, strict=True)),
+                "shards": shards if info.inner_chunk_shape else None,
+            }
+            data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
+            variables[name] = Variable(dims, data, attrs, encoding)
+        return FrozenDict(variables)
+
+    def get_attrs(self) -> Mapping[str, Any]:
+        from xarray.core.utils import FrozenDict
+
+        return FrozenDict(self._draft.group_attributes(self._group))
+
+    def get_dimensions(self) -> Mapping[str, int]:
+        raise NotImplementedError  # xarray finds the dimensions from the variables
+
+    def close(self, **kwargs: Any) -> None:
+        pass
+
+
+def _draft_groups(draft: Any, group: str) -> list[str]:
+    """``group`` and every group below it, parents first."""
+    out, todo = [], [group.strip("/")]
+    while todo:
+        g = todo.pop(0)
+        out.append(g)
+        todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
+    return out
+
+
+def _io_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and not isinstance(e, FileNotFoundError)
+
+
+def _open_draft(filename_or_obj: Any, storage_options: dict[str, Any] | None) -> Any:
+    """The store of the 2022 sharding draft at ``filename_or_obj``, or None."""
+    from shardwise.legacy import DraftStore
+
+    try:
+        return DraftStore.open(filename_or_obj, storage_options)
+    except Exception:  # not a store at all: the first error stands
+        return None
+
+
 def _preferred_chunks(info: Any) -> tuple[int | tuple[int, ...], ...]:
     """Shard sizes per dimension as dask wants them: an int along a regular dimension,
     the data sizes (clipped at the array's end) along a rectilinear one."""
@@ -208,18 +286,30 @@ def open_backend_dataset(
     from xarray.core.utils import close_on_error
 
     options = _read_options(read_options)
-    with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1):
-        zarr_store = _open_zarr_stores(
-            filename_or_obj,
-            group=group,
-            many=False,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-        )
+    try:
+        with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1):
+            zarr_store = _open_zarr_stores(
+                filename_or_obj,
+                group=group,
+                many=False,
+                consolidated=consolidated,
+                storage_options=storage_options,
+                zarr_format=zarr_format,
+            )
+    except Exception as e:
+        # zarr-python refuses the 2022 draft's zarr.json: is it one? (not asked after
+        # an I/O error, which passes through as it is)
+        draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
+        if draft is None:
+            raise
+        store: Any = _DraftDataStore(draft, group or "", options)
+    else:
         store = _ShardwiseDataStore(zarr_store, options)
-        with close_on_error(store):
-            ds = StoreBackendEntrypoint().open_dataset(store, **decode)
+    with (
+        _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1),
+        close_on_error(store),
+    ):
+        ds = StoreBackendEntrypoint().open_dataset(store, **decode)
     return ds, store.readers
 
 
@@ -319,17 +409,33 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         parent = str(NodePath("/") / NodePath(group)) if group else "/"
         options = _read_options(read_options)
         out: dict[str, Dataset] = {}
+        try:
+            with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
+                zarr_stores = _open_zarr_stores(
+                    filename_or_obj,
+                    group=parent,
+                    many=True,
+                    consolidated=consolidated,
+                    storage_options=storage_options,
+                    zarr_format=zarr_format,
+                )
+        except Exception as e:
+            draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
+            if draft is None:
+                raise
+            zarr_stores = {
+                str(NodePath("/") / NodePath(g)) if g else "/": g
+                for g in _draft_groups(draft, group or "")
+            }
+        else:
+            draft = None
         with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
-            zarr_stores = _open_zarr_stores(
-                filename_or_obj,
-                group=parent,
-                many=True,
-                consolidated=consolidated,
-                storage_options=storage_options,
-                zarr_format=zarr_format,
-            )
             for path, zarr_store in zarr_stores.items():
-                store = _ShardwiseDataStore(zarr_store, options)
+                store: Any = (
+                    _ShardwiseDataStore(zarr_store, options)
+                    if draft is None
+                    else _DraftDataStore(draft, zarr_store, options)
+                )
                 with close_on_error(store):
                     ds = StoreBackendEntrypoint().open_dataset(
                         store,

@@ -1,6 +1,7 @@
 """``shardwise.verify``: check every shard of a store, report the bad ones.
 
-For each Zarr v3 array under a group, every stored shard (found by listing the array's
+For each Zarr v3 array under a group (or each array of a store of the 2022 sharding
+draft, :mod:`shardwise.legacy`, whose indexes and chunks carry no checksums), every stored shard (found by listing the array's
 keys, so missing shards cost nothing) is checked with as few bytes as the checks need:
 
 - the shard index: its size, its crc32c (when the index codecs have one), and every
@@ -91,6 +92,7 @@ def verify(
     from zarr.core.sync import sync
 
     from shardwise.errors import NotAZarrStoreError
+    from shardwise.legacy import is_draft_root
     from shardwise.metadata import metadata_key
     from shardwise.storage import read_only_store_path
 
@@ -103,6 +105,14 @@ def verify(
         base = "/".join(p for p in (where.path.strip("/"), base) if p)
     report = VerifyReport()
     docs = {} if where is None else sync(_documents(where.store, base))
+    root = metadata_key(where.path.strip("/")) if where is not None else None
+    if root is not None and (
+        is_draft_root(docs.get(root)) or (metadata_key(base) not in docs and root not in docs)
+    ):
+        draft = _draft(store, storage_options)
+        if draft is not None:
+            _verify_draft(draft, (group or "").strip("/"), report, decode)
+            return report
     if where is None or metadata_key(base) not in docs:
         v2 = where is not None and any(
             sync(where.store.exists(f"{base}/{name}" if base else name))
@@ -123,6 +133,40 @@ def verify(
         if array is not None:
             sync(_verify_array(array, report, decode))
     return report
+
+
+def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
+    from shardwise.legacy import DraftStore
+
+    try:
+        return DraftStore.open(store, storage_options)
+    except FileNotFoundError:
+        return None
+
+
+def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) -> None:
+    """A store of the 2022 sharding draft: the same checks on every array under
+    ``group``, except that draft indexes and chunks have no checksums to check."""
+    from zarr.core.sync import sync
+
+    from shardwise.reader import ArrayReader
+
+    todo = [group]
+    while todo:
+        g = todo.pop(0)
+        todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
+        report.requests += 2
+        for name in draft.arrays(g):
+            path = f"{g}/{name}" if g else name
+            report.requests += 1
+            try:
+                reader = ArrayReader(draft.store, draft.info(path))
+            except ShardwiseError as e:
+                key = f"{draft.prefix}meta/root/{path}.array.json"
+                report.problems.append(Problem(path, key, None, type(e).__name__, str(e)))
+                continue
+            report.arrays.append(path)
+            sync(_verify_array(reader, report, decode))
 
 
 async def _documents(store: Any, base: str) -> dict[str, bytes]:
@@ -170,7 +214,7 @@ def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:
 async def _verify_array(reader: Any, report: VerifyReport, decode: bool) -> None:
     info = reader.info
     store = reader.store
-    prefix = f"{info.path}/" if info.path else ""
+    prefix = info.data_prefix
     shards = {info.key(s): s for s in info.layout.all_shards()}
     keys = [k async for k in store.list_prefix(prefix)]
     report.requests += 1
@@ -191,7 +235,9 @@ async def _verify_array(reader: Any, report: VerifyReport, decode: bool) -> None
             report.shards += 1
             report.requests += got[2]
             report.bytes_read += got[3]
-            _check(reader, report, key, shards[key], got, whole, crc_only)
+            # in a thread: codecs decoded through zarr-python's pipeline call its sync(),
+            # which refuses to run inside this event loop
+            await asyncio.to_thread(_check, reader, report, key, shards[key], got, whole, crc_only)
 
 
 async def _fetch(

@@ -294,6 +294,11 @@ class ArrayInfo:
         s = self.sharding
         return None if s is None else tuple(s.chunk_shape)
 
+    @property
+    def data_prefix(self) -> str:
+        """The prefix of the store keys of the array's shards (and of its zarr.json)."""
+        return f"{self.path}/" if self.path else ""
+
     def key(self, shard: tuple[int, ...]) -> str:
         """The store key of a shard (of a chunk, for an unsharded array)."""
         k = self.metadata.encode_chunk_key(shard)

@@ -78,10 +78,21 @@ class ArrayReader:
         storage_options: dict[str, Any] | None = None,
         options: ReadOptions | None = None,
     ) -> ArrayReader:
-        """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``)."""
+        """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``):
+        Zarr v3, or a store of the 2022 sharding draft (:mod:`shardwise.legacy`)."""
         import zarr
 
+        from shardwise.legacy import DraftStore
         from shardwise.rectilinear import enabled
+
+        def draft() -> ArrayReader | None:
+            """The array when ``store`` is a draft store (looked for only when
+            zarr-python finds no array: a draft has no ``<path>/zarr.json``)."""
+            try:
+                found = DraftStore.open(store, storage_options)
+            except (FileNotFoundError, *PARSE_ERRORS):
+                return None
+            return None if found is None else cls(found.store, found.info(path), options)
 
         try:
             with enabled():  # zarr-python reads rectilinear grids only with its flag on
@@ -92,6 +103,8 @@ class ArrayReader:
         except ShardwiseError:
             raise
         except FileNotFoundError as e:
+            if (reader := draft()) is not None:
+                return reader
             raise NotAZarrStoreError(
                 "no Zarr array here",
                 expected="a zarr.json describing an array",
@@ -101,6 +114,8 @@ class ArrayReader:
                 advice=f"Check the path {store!r} and the array path.",
             ) from e
         except PARSE_ERRORS as e:  # zarr-python's own: name the zarr.json that caused it
+            if (reader := draft()) is not None:
+                return reader
             err = metadata_error(store, path, e, storage_options=storage_options)
             if err is e:
                 raise

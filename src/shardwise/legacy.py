@@ -1,0 +1,321 @@
+"""Stores of the 2022 draft: Zarr v3 core draft layout with the sharding storage transformer.
+
+zarr-python 2.14-2.18 wrote these behind ``ZARR_V3_EXPERIMENTAL_API=1`` and
+``ZARR_V3_SHARDING=1`` (spec: ``storage_transformers/sharding/1.0``). Layout: a root
+``zarr.json`` whose ``zarr_format`` is the draft protocol URI, array documents at
+``meta/root/<path>.array.json``, group documents at ``meta/root/<path>.group.json``
+(implicit groups have none) and data at ``data/root/<path>/c<i><sep><j>...``.
+
+A draft shard is a ``sharding_indexed`` shard in all but name: inner chunks anywhere in
+the object, then an index of little-endian ``(offset, nbytes)`` uint64 pairs in C order
+(``2**64-1`` for a missing chunk), always at the end and without a checksum. So this
+module only translates a draft document into zarr-python's ``ArrayV3Metadata`` of the
+equivalent final-spec array (the compressor as a v3 codec, ``F`` memory layout as a
+``transpose`` codec, the index codecs as ``bytes`` alone) and names the chunk keys the
+draft's way (:class:`DraftArrayInfo`); the reader, ``verify`` and the graphs then need
+no special case.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.metadata import ArrayInfo
+
+__all__ = [
+    "DRAFT_FORMAT",
+    "SHARDING_URI",
+    "DraftArrayInfo",
+    "DraftStore",
+    "array_info",
+    "is_draft_root",
+]
+
+DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
+SHARDING_URI = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"
+CODEC_URI = "https://purl.org/zarr/spec/codec/"
+_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+
+
+@dataclass(frozen=True)
+class DraftArrayInfo(ArrayInfo):
+    """An array of a draft store: the geometry and codecs of the equivalent final-spec
+    array, with the draft's chunk keys (``data/root/<path>/c0/1``)."""
+
+    separator: str = "/"
+    prefix: str = ""  # where the draft store starts inside the zarr-python store
+
+    @property
+    def document_key(self) -> str:
+        return f"{self.prefix}meta/root/{self.path}.array.json"
+
+    @property
+    def data_prefix(self) -> str:
+        return f"{self.prefix}data/root/{self.path}/"
+
+    def key(self, shard: tuple[int, ...]) -> str:
+        return f"{self.data_prefix}c{self.separator.join(map(str, shard))}"
+
+
+def is_draft_root(raw: bytes | None) -> bool:
+    """Whether a root ``zarr.json`` is the draft's entry point document."""
+    if raw is None:
+        return False
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("zarr_format") == DRAFT_FORMAT
+
+
+def _bad(path: str, found: str, expected: str) -> UnsupportedArrayError:
+    return UnsupportedArrayError(
+        "the array document of the 2022 draft cannot be read",
+        expected=expected,
+        found=found,
+        array=path or "/",
+        key=f"meta/root/{path}.array.json",
+        advice="The document is damaged, or uses a part of the draft shardwise does not "
+        "read; report it with the document attached.",
+    )
+
+
+def _compressor(path: str, spec: Any, itemsize: int) -> list[dict[str, Any]]:
+    """The draft ``compressor`` as final-spec codecs (empty for none)."""
+    if spec is None:
+        return []
+    uri = spec.get("codec", "") if isinstance(spec, dict) else ""
+    config = dict(spec.get("configuration") or {}) if isinstance(spec, dict) else {}
+    name = uri.removeprefix(CODEC_URI).rsplit("/", 1)[0] if uri.startswith(CODEC_URI) else ""
+    if name == "zstd":
+        out = {"level": int(config.get("level", 0)), "checksum": bool(config.get("checksum"))}
+        return [{"name": "zstd", "configuration": out}]
+    if name == "gzip":
+        return [{"name": "gzip", "configuration": {"level": int(config.get("level", 5))}}]
+    if name == "zlib":
+        return [{"name": "numcodecs.zlib", "configuration": {"level": int(config.get("level", 1))}}]
+    if name == "blosc":
+        shuffle = int(config.get("shuffle", 1))
+        if shuffle == -1:  # numcodecs' AUTOSHUFFLE: bit-shuffle for 1-byte items
+            shuffle = 2 if itemsize == 1 else 1
+        settings: dict[str, Any] = {
+            "cname": str(config.get("cname", "lz4")),
+            "clevel": int(config.get("clevel", 5)),
+            "shuffle": _BLOSC_SHUFFLE[shuffle],
+            "blocksize": int(config.get("blocksize", 0)),
+            "typesize": itemsize,
+        }
+        return [{"name": "blosc", "configuration": settings}]
+    raise UnsupportedCodecError(
+        "the draft array's compressor is not one shardwise reads",
+        expected=f"no compressor, or blosc, zstd, gzip or zlib ({CODEC_URI}<name>/1.0)",
+        found=json.dumps(spec),
+        array=path or "/",
+        key=f"meta/root/{path}.array.json",
+        advice="Read the array with a zarr-python 2.18 environment and rewrite it.",
+    )
+
+
+def _fill(value: Any, dtype: np.dtype[Any]) -> Any:
+    if value is None:
+        return 0
+    return value  # "NaN", "Infinity", numbers: the final spec writes them the same way
+
+
+def array_info(doc: Any, path: str, prefix: str = "") -> DraftArrayInfo:
+    """The :class:`DraftArrayInfo` of the array document ``doc`` at ``path``."""
+    from zarr.core.metadata import ArrayV3Metadata
+
+    path = path.strip("/")
+    if not isinstance(doc, dict):
+        raise _bad(path, f"a JSON {type(doc).__name__}", "a JSON object")
+    try:
+        shape = [int(n) for n in doc["shape"]]
+        dtype = np.dtype(doc["data_type"])
+        grid = doc["chunk_grid"]
+        chunks = [int(n) for n in grid["chunk_shape"]]
+        separator = str(grid.get("separator", "/"))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(path, f"{type(e).__name__}: {e}", "shape, data_type and chunk_grid") from e
+    if grid.get("type") != "regular" or len(chunks) != len(shape):
+        raise _bad(path, json.dumps(grid), "a regular chunk_grid with a size per dimension")
+    if dtype.kind not in "biufc" or dtype.hasobject:
+        raise _bad(path, f"data_type {doc['data_type']!r}", "a fixed-size numeric data_type")
+    layout = doc.get("chunk_memory_layout", "C")
+    if layout not in ("C", "F"):
+        raise _bad(path, f"chunk_memory_layout {layout!r}", "'C' or 'F'")
+
+    inner: list[dict[str, Any]] = []
+    if layout == "F" and len(shape) > 1:
+        inner.append(
+            {"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}}
+        )
+    if dtype.itemsize > 1:
+        endian = "big" if dtype.byteorder == ">" else "little"
+        inner.append({"name": "bytes", "configuration": {"endian": endian}})
+    else:
+        inner.append({"name": "bytes"})
+    inner += _compressor(path, doc.get("compressor"), dtype.itemsize)
+
+    transformers = doc.get("storage_transformers") or []
+    if len(transformers) > 1 or any(
+        not isinstance(t, dict) or t.get("extension") != SHARDING_URI or t.get("type") != "indexed"
+        for t in transformers
+    ):
+        raise UnsupportedCodecError(
+            "the draft array has a storage transformer shardwise does not read",
+            expected=f"none, or one {SHARDING_URI} of type 'indexed'",
+            found=json.dumps(transformers),
+            array=path or "/",
+            key=f"meta/root/{path}.array.json",
+        )
+    if transformers:
+        per_shard = (transformers[0].get("configuration") or {}).get("chunks_per_shard")
+        if not isinstance(per_shard, list) or len(per_shard) != len(shape):
+            raise _bad(path, json.dumps(transformers[0]), "chunks_per_shard for every dimension")
+        outer = [c * int(n) for c, n in zip(chunks, per_shard, strict=True)]
+        codecs = [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": chunks,
+                    "codecs": inner,
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                    "index_location": "end",
+                },
+            }
+        ]
+    else:
+        outer, codecs = chunks, inner
+
+    attributes = dict(doc.get("attributes") or {})
+    dims = attributes.get("_ARRAY_DIMENSIONS")
+    final = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": dtype.newbyteorder("=").name if dtype.itemsize > 1 else dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": outer}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": _fill(doc.get("fill_value"), dtype),
+        "codecs": codecs,
+        "attributes": attributes,
+    }
+    if isinstance(dims, list) and len(dims) == len(shape):
+        final["dimension_names"] = [str(d) for d in dims]
+    with warnings.catch_warnings():
+        # zarr-python warns that numcodecs.* codecs are not in the final spec; here they
+        # stand for the draft's own codec URIs
+        warnings.filterwarnings("ignore", message=".*numcodecs.*", category=UserWarning)
+        try:
+            metadata = ArrayV3Metadata.from_dict(final)
+        except (KeyError, TypeError, ValueError) as e:
+            raise _bad(path, f"{type(e).__name__}: {e}", "a document zarr-python can map") from e
+    base = ArrayInfo.from_metadata(metadata, path)
+    return DraftArrayInfo(
+        path=base.path,
+        metadata=base.metadata,
+        layout=base.layout,
+        separator=separator,
+        prefix=prefix,
+    )
+
+
+class DraftStore:
+    """The documents of a draft store in a zarr-python ``Store``, from ``prefix`` on
+    (``""``, or a path ending in ``/``)."""
+
+    def __init__(self, store: Any, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix
+
+    @classmethod
+    def open(cls, store: Any, storage_options: dict[str, Any] | None = None) -> DraftStore | None:
+        """The draft store at ``store`` (a path, URL or ``Store``), or None when what is
+        there is not a draft store."""
+        from shardwise.storage import read_only_store_path
+
+        try:
+            where = read_only_store_path(store, storage_options)
+        except FileNotFoundError:
+            return None
+        prefix = f"{where.path.strip('/')}/" if where.path.strip("/") else ""
+        draft = cls(where.store, prefix)
+        return draft if is_draft_root(draft.get("zarr.json")) else None
+
+    def get(self, key: str) -> bytes | None:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        buf = sync(self.store.get(self.prefix + key, prototype=default_buffer_prototype()))
+        return None if buf is None else buf.to_bytes()
+
+    def _listing(self, group: str) -> list[str]:
+        from zarr.core.sync import sync
+
+        where = f"{self.prefix}meta/root/{group}/" if group else f"{self.prefix}meta/root/"
+
+        async def names() -> list[str]:
+            return [name async for name in self.store.list_dir(where)]
+
+        return sorted(sync(names()))
+
+    def arrays(self, group: str = "") -> list[str]:
+        """The names of the arrays directly in ``group``."""
+        return [
+            n.removesuffix(".array.json")
+            for n in self._listing(group.strip("/"))
+            if n.endswith(".array.json")
+        ]
+
+    def groups(self, group: str = "") -> list[str]:
+        """The names of the groups directly in ``group``: those with a document and the
+        implicit ones (a folder of documents without one)."""
+        names = self._listing(group.strip("/"))
+        found = {n.removesuffix(".group.json") for n in names if n.endswith(".group.json")}
+        found |= {n.rstrip("/") for n in names if not n.endswith((".array.json", ".group.json"))}
+        return sorted(found)
+
+    def group_attributes(self, group: str = "") -> dict[str, Any]:
+        group = group.strip("/")
+        raw = self.get(f"meta/root/{group}.group.json" if group else "meta/root.group.json")
+        if raw is None:
+            return {}
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise UnsupportedArrayError(
+                "the group document of the 2022 draft cannot be read",
+                expected="a JSON object",
+                found=str(e),
+                array=group or "/",
+                key=f"{self.prefix}meta/root/{group}.group.json",
+            ) from e
+        return dict(doc.get("attributes") or {}) if isinstance(doc, dict) else {}
+
+    def info(self, path: str) -> DraftArrayInfo:
+        """The :class:`DraftArrayInfo` of the array at ``path``."""
+        from shardwise.errors import NotAZarrStoreError
+
+        path = path.strip("/")
+        key = f"meta/root/{path}.array.json"
+        raw = self.get(key)
+        if raw is None:
+            raise NotAZarrStoreError(
+                "no array of the 2022 draft here",
+                expected=f"an array document {key}",
+                found="nothing",
+                array=path or "/",
+                key=self.prefix + key,
+            )
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise _bad(path, f"no JSON ({e})", "a JSON object") from e
+        return array_info(doc, path, self.prefix)
