@@ -188,3 +188,18 @@ def test_rectilinear_write_and_append_on_worker_processes(client, tmp_path):
     xr.testing.assert_identical(back, expected)
     with zarr.config.set({"array.rectilinear_chunks": True}):
         np.testing.assert_array_equal(zarr.open_array(path / "v")[...], expected.v.values)
+
+
+@pytest.mark.slow
+def test_migrate_on_worker_processes(client, tmp_path):
+    """The 2022-draft migration's tasks travel to worker processes and run there."""
+    from pathlib import Path
+
+    import shardwise
+
+    legacy = Path(__file__).parent / "data" / "legacy" / "compressors"
+    report = shardwise.migrate(legacy, tmp_path / "m.zarr")
+    assert report.shards == 20
+    source = xr.open_dataset(legacy, engine="shardwise").load()
+    back = xr.open_dataset(tmp_path / "m.zarr", engine="zarr", consolidated=False).load()
+    xr.testing.assert_identical(back, source)

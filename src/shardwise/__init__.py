@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from shardwise.fanout import ChunkRoundingWarning
     from shardwise.integrity import VerifyReport, verify
     from shardwise.metadata import ArrayInfo
+    from shardwise.migrate import MigrationReport, migrate
     from shardwise.reader import ArrayReader
     from shardwise.regions import check_regions, shared_shards
     from shardwise.storage import (
@@ -49,6 +50,7 @@ __all__ = [
     "ChunkRoundingWarning",
     "ChunksError",
     "CorruptShardError",
+    "MigrationReport",
     "NotAZarrStoreError",
     "ReadOptions",
     "RegionConflictError",
@@ -63,6 +65,7 @@ __all__ = [
     "check_regions",
     "clear_index_cache",
     "index_cache",
+    "migrate",
     "open_dataset",
     "set_index_cache_size",
     "shared_shards",
@@ -75,6 +78,8 @@ _LAZY = {
     "ArrayReader": "shardwise.reader",
     "ChunkRoundingWarning": "shardwise.fanout",
     "check_regions": "shardwise.regions",
+    "migrate": "shardwise.migrate",
+    "MigrationReport": "shardwise.migrate",
     "shared_shards": "shardwise.regions",
     "open_dataset": "shardwise.api",
     "ReadOptions": "shardwise.storage",

@@ -1,0 +1,308 @@
+"""``shardwise.migrate``: a store of the 2022 sharding draft to Zarr v3 ``sharding_indexed``.
+
+Every array keeps its shape, data type, fill value, inner chunk shape and shard shape;
+its shards get the final spec's index (at the end, with crc32c). The compressed inner
+chunks are copied as bytes wherever the draft's compressor is a Zarr v3 codec that
+writes the same bytes (none, blosc, zstd, gzip; ``F`` memory layout becomes a
+``transpose`` codec); zlib, which Zarr v3 has no codec for, is decoded and re-encoded
+as gzip at the same level. Unused bytes in the old shards are dropped, missing chunks
+and shards stay missing, and chunks that hold only the fill value are copied as they
+are (copying is not judging).
+
+One dask task per stored shard: one read of the old shard, one put of the new one. A
+shard already in the destination whose index reads back (crc32c and entries) is
+skipped, so running the same call again after a failure completes the job.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from shardwise.errors import StoreExistsError, WriteError
+
+__all__ = ["MigrationReport", "migrate"]
+
+
+@dataclass
+class MigrationReport:
+    """What :func:`migrate` did (or, with ``compute=False``, will do)."""
+
+    arrays: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    # array -> the codec its chunks are re-encoded with (absent: copied as bytes)
+    reencoded: dict[str, str] = field(default_factory=dict)
+    shards: int = 0  # stored shards (or chunks of unsharded arrays) to migrate
+
+
+def _target_metadata(info: Any) -> tuple[Any, str | None]:
+    """The final-spec metadata of a draft array (index codecs with crc32c, dimension
+    names, ``_FillValue`` for xarray as zarr-python 2 meant it) and the codec its chunks
+    are re-encoded with, if any."""
+    from xarray.backends.zarr import FillValueCoder
+    from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec
+
+    metadata = info.metadata
+    attributes = dict(metadata.attributes)
+    dims = attributes.pop("_ARRAY_DIMENSIONS", None)
+    if not isinstance(dims, list) or len(dims) != info.ndim:
+        dims = [f"dim_{i}" for i in range(info.ndim)]
+    attributes["_FillValue"] = FillValueCoder.encode(info.fill_value, info.dtype)
+
+    def recode(codecs: tuple[Any, ...]) -> tuple[tuple[Any, ...], str | None]:
+        out, changed = [], None
+        for c in codecs:
+            if type(c).__name__ == "Zlib":  # numcodecs.zlib: not a Zarr v3 codec
+                level = int(c.codec_config.get("level", 1))
+                out.append(GzipCodec(level=level))
+                changed = f"gzip (level {level})"
+            else:
+                out.append(c)
+        return tuple(out), changed
+
+    sharding = metadata.sharding_codec
+    if sharding is not None:
+        inner, changed = recode(tuple(sharding.codecs))
+        codec = replace(
+            sharding,
+            codecs=inner,
+            index_codecs=(BytesCodec(endian="little"), Crc32cCodec()),
+            index_location="end",
+        )
+        codecs: tuple[Any, ...] = (codec,)
+    else:
+        codecs, changed = recode(tuple(metadata.codecs))
+    target = replace(metadata, codecs=codecs, attributes=attributes, dimension_names=tuple(dims))
+    return target, changed
+
+
+def _kind_of(store: Any, storage_options: Any) -> str:
+    """What is at ``store`` when it is not a draft store."""
+    from zarr.core.sync import sync
+
+    from shardwise.storage import read_only_store_path
+
+    try:
+        where = read_only_store_path(store, storage_options)
+    except FileNotFoundError:
+        return "nothing"
+    base = where.path.strip("/")
+    for name, kind in (("zarr.json", "Zarr v3"), (".zgroup", "Zarr v2"), (".zarray", "Zarr v2")):
+        if sync(where.store.exists(f"{base}/{name}" if base else name)):
+            return f"{kind} ({name})"
+    return "no Zarr metadata"
+
+
+def migrate(
+    src: Any,
+    dst: Any,
+    *,
+    group: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    dst_storage_options: dict[str, Any] | None = None,
+    mode: str = "w-",
+    compute: bool = True,
+) -> Any:
+    """Migrate the store of the 2022 sharding draft at ``src`` (under ``group``) to a
+    Zarr v3 store at ``dst`` (paths, URLs or zarr ``Store`` objects), copying compressed
+    chunks as bytes (see the module docstring).
+
+    ``mode="w-"`` refuses an existing ``dst``, unless it holds a migration of the same
+    source that is to be completed (``mode="a"``); ``mode="w"`` replaces it. Runs on
+    the current dask scheduler and returns a :class:`MigrationReport`; with
+    ``compute=False`` the metadata is written and ``(report, delayed)`` returned, the
+    ``dask.delayed`` copying the shards."""
+    import dask
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise.legacy import DraftStore
+    from shardwise.storage import read_only_store_path
+
+    draft = DraftStore.open(src, storage_options)
+    if draft is None:
+        raise WriteError(
+            "the source is not a store of the 2022 sharding draft",
+            expected="a root zarr.json with zarr_format "
+            "'https://purl.org/zarr/spec/protocol/core/3.0'",
+            found=_kind_of(src, storage_options),
+            advice="migrate moves draft stores forward; Zarr v2 and v3 stores need no "
+            "migration (shardwise reads them as they are).",
+        )
+    if mode not in ("w-", "w", "a"):
+        raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
+    try:
+        existing = read_only_store_path(dst, dst_storage_options)
+        exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
+    except FileNotFoundError:
+        exists = False
+    if exists and mode == "w-":
+        raise StoreExistsError(
+            "the destination holds Zarr data already",
+            expected="no zarr.json at the destination",
+            found="a zarr.json",
+            key="zarr.json",
+            advice="Pass mode='a' to complete an interrupted migration, or mode='w' to replace it.",
+        )
+
+    # plan everything (and refuse what cannot be represented) before writing
+    base = (group or "").strip("/")
+    groups, arrays, report = [], [], MigrationReport()
+    todo = [base]
+    while todo:
+        g = todo.pop(0)
+        groups.append(g)
+        todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
+        for name in draft.arrays(g):
+            path = f"{g}/{name}" if g else name
+            info = draft.info(path)
+            target, changed = _target_metadata(info)
+            arrays.append((path, info, target))
+            if changed:
+                report.reencoded[path] = changed
+    report.groups = [g or "/" for g in groups]
+    report.arrays = [a[0] for a in arrays]
+
+    root = zarr.open_group(
+        dst,
+        mode="w" if mode == "w" or not exists else "a",
+        zarr_format=3,
+        storage_options=dst_storage_options,
+    )
+    dst_store = root.store_path.store
+    prefix = root.store_path.path.strip("/")
+    for g in groups:
+        rel = g[len(base) :].strip("/") if base else g
+        node = root if not rel else root.require_group(rel)
+        node.attrs.update(draft.group_attributes(g))
+    proto = default_buffer_prototype()
+    tasks = []
+    for path, info, target in arrays:
+        rel = path[len(base) :].strip("/") if base else path
+        where = f"{prefix}/{rel}" if prefix else rel
+        for key, buf in target.to_buffer_dict(proto).items():
+            sync(dst_store.set(f"{where}/{key}", buf))
+        stored = sorted(sync(_listing(draft.store, info.data_prefix)))
+        by_key = {info.key(s): s for s in info.layout.all_shards()}
+        for key in stored:
+            if key in by_key:
+                tasks.append((draft.store, info, dst_store, where, target, by_key[key]))
+    report.shards = len(tasks)
+    delayed = _graph(tasks)
+    if not compute:
+        return report, delayed
+    dask.compute(delayed)
+    return report
+
+
+async def _listing(store: Any, prefix: str) -> list[str]:
+    return [k async for k in store.list_prefix(prefix)]
+
+
+def _graph(tasks: list[tuple[Any, ...]]) -> Any:
+    from dask._task_spec import Task
+    from dask.highlevelgraph import HighLevelGraph
+
+    from shardwise.writer import wait_for
+
+    name = f"shardwise-migrate-{uuid.uuid4().hex}"
+    layer: dict[Any, Any] = {
+        (name, i): Task((name, i), _migrate_shard, *t) for i, t in enumerate(tasks)
+    }
+    graph = HighLevelGraph({name: layer}, {name: set()})
+    return wait_for(f"shardwise-migrated-{name[18:]}", graph, list(layer))
+
+
+def _new_shard_ok(store: Any, key: str, decoder: Any) -> bool:
+    """Whether the destination holds this shard already, with an index that reads."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise.errors import ShardwiseError
+
+    buf = sync(store.get(key, default_buffer_prototype()))
+    if buf is None:
+        return False
+    try:
+        decoder.parse(buf.to_bytes(), key=key)
+    except ShardwiseError:
+        return False
+    return True
+
+
+def _migrate_shard(
+    src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
+) -> None:
+    """Copy one shard (or one chunk of an unsharded array) to its new key."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise.codecs import ShardDecoder
+    from shardwise.metadata import ArrayInfo
+    from shardwise.reader import ArrayReader
+    from shardwise.shard import assemble_shard, write_order
+
+    proto = default_buffer_prototype()
+    new_info = ArrayInfo.from_metadata(target, where)
+    new_key = new_info.key(shard)
+    new_reader = ArrayReader(dst_store, new_info)
+    new_decoder = new_reader.decoder(shard)
+    if isinstance(new_decoder, ShardDecoder) and _new_shard_ok(dst_store, new_key, new_decoder):
+        return  # done by an earlier run
+    old_key = info.key(shard)
+    buf = sync(src_store.get(old_key, proto))
+    if buf is None:
+        return  # deleted since it was listed: stays missing
+    old = ArrayReader(src_store, info).decoder(shard)
+    data = buf.to_bytes()
+    if not isinstance(old, ShardDecoder):  # a chunk of an unsharded array
+        blob = data
+        if _recoded(info.codecs, target.codecs):
+            blob = _reencode(target.codecs, old.decode(data, key=old_key, chunk=shard))
+        sync(dst_store.set(new_key, proto.buffer.from_bytes(blob)))
+        return
+    assert isinstance(new_decoder, ShardDecoder)  # the same geometry as the old one
+    view, table = old.parse(data, key=old_key)
+    recode = _recoded(old.codec.codecs, new_decoder.codec.codecs)
+    chunks: dict[tuple[int, ...], Any] = {}
+    for inner in zip(*(a.tolist() for a in (table[..., 0] != 2**64 - 1).nonzero()), strict=True):
+        start, n = int(table[inner][0]), int(table[inner][1])
+        raw: Any = view[start : start + n]
+        if recode:
+            raw = _reencode(
+                new_decoder.codec.codecs, old.chunk.decode(raw, key=old_key, chunk=inner)
+            )
+        chunks[tuple(inner)] = raw
+    order = write_order(new_decoder.chunks_per_shard, "C")
+    blob = assemble_shard(chunks, new_decoder.index, order)
+    if blob is not None:
+        sync(dst_store.set(new_key, proto.buffer.from_bytes(blob)))
+
+
+def _recoded(old: Any, new: Any) -> bool:
+    return [type(c) for c in old] != [type(c) for c in new]
+
+
+def _reencode(codecs: Any, values: Any) -> bytes:
+    """Encode one chunk with ``codecs`` (transpose, bytes, then gzip: the only
+    re-encoding migrate does)."""
+    import numcodecs
+    import numpy as np
+
+    raw = np.ascontiguousarray(values)
+    codecs = list(codecs)
+    for c in codecs:
+        name = type(c).__name__
+        if name == "TransposeCodec":
+            raw = np.ascontiguousarray(raw.transpose(c.order))
+        elif name == "BytesCodec":
+            endian = getattr(c.endian, "value", c.endian)
+            dtype = raw.dtype.newbyteorder("<" if endian == "little" else ">")
+            raw = raw.astype(dtype, copy=False)
+    out = raw.tobytes()
+    gzip = next((c for c in codecs if type(c).__name__ == "GzipCodec"), None)
+    if gzip is not None:
+        out = numcodecs.GZip(level=gzip.level).encode(out)
+    return bytes(out)
