@@ -248,3 +248,35 @@ def test_verify_finds_damage_in_a_draft_store(tmp_path):
     other.write_bytes(other.read_bytes()[:-10])  # the index cut short
     bad = shardwise.verify(path)
     assert "data/root/gzip/c1/1" in bad.bad_keys
+
+
+def _edit_index(path, key, n, edit):
+    raw = bytearray((path / key).read_bytes())
+    table = np.frombuffer(bytes(raw[-16 * n :]), "<u8").reshape(n, 2).copy()
+    edit(table)
+    raw[-16 * n :] = table.tobytes()
+    (path / key).write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "chunk"),
+    [
+        # an entry reaching past the end of the object (index rows: chunks in C order)
+        (lambda t: t.__setitem__((0, 1), 10_000), "TruncatedShardError", (0, 0)),
+        # an entry overlapping the index
+        (lambda t: t.__setitem__((1, 0), 40), "CorruptShardError", (0, 1)),
+        # an uncompressed chunk of the wrong size (4 x 3 float32 is 48 bytes)
+        (lambda t: t.__setitem__((2, 1), 20), "CorruptShardError", (1, 0)),
+    ],
+    ids=["outside", "overlaps-index", "wrong-size"],
+)
+def test_bad_index_entries_are_errors_naming_array_key_and_chunk(tmp_path, edit, error, chunk):
+    path = _copy(tmp_path, "compressors")
+    _edit_index(path, "data/root/none/c0/0", 4, edit)
+    with pytest.raises(shardwise.CorruptShardError) as err:
+        shardwise.ArrayReader.open(path, "none")[...]
+    assert type(err.value).__name__ == error
+    assert err.value.array == "none" and err.value.key == "data/root/none/c0/0"
+    assert err.value.chunk == chunk
+    report = shardwise.verify(path, decode=True)
+    assert report.bad_keys == ["data/root/none/c0/0"]
