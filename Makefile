@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/write_throughput.py
 	$(BIN)/python benchmarks/read_fanout.py
 	$(BIN)/python benchmarks/rectilinear.py
+	$(BIN)/python benchmarks/migrate.py
 
 bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

@@ -256,12 +256,12 @@ def _migrate_shard(
     if buf is None:
         return  # deleted since it was listed: stays missing
     old = ArrayReader(src_store, info).decoder(shard)
-    data = buf.to_bytes()
+    data = buf.as_numpy_array()  # the bytes as read: no copy
     if not isinstance(old, ShardDecoder):  # a chunk of an unsharded array
-        blob = data
         if _recoded(info.codecs, target.codecs):
             blob = _reencode(target.codecs, old.decode(data, key=old_key, chunk=shard))
-        sync(dst_store.set(new_key, proto.buffer.from_bytes(blob)))
+            buf = proto.buffer.from_bytes(blob)
+        sync(dst_store.set(new_key, buf))
         return
     assert isinstance(new_decoder, ShardDecoder)  # the same geometry as the old one
     view, table = old.parse(data, key=old_key)
@@ -276,9 +276,9 @@ def _migrate_shard(
             )
         chunks[tuple(inner)] = raw
     order = write_order(new_decoder.chunks_per_shard, "C")
-    blob = assemble_shard(chunks, new_decoder.index, order)
-    if blob is not None:
-        sync(dst_store.set(new_key, proto.buffer.from_bytes(blob)))
+    shard_bytes = assemble_shard(chunks, new_decoder.index, order)
+    if shard_bytes is not None:
+        sync(dst_store.set(new_key, proto.buffer.from_bytes(shard_bytes)))
 
 
 def _recoded(old: Any, new: Any) -> bool:
