@@ -34,6 +34,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/read_fanout.py
 	$(BIN)/python benchmarks/rectilinear.py
 	$(BIN)/python benchmarks/migrate.py
+	$(BIN)/python benchmarks/reshard.py
+	$(BIN)/python benchmarks/inventory.py
 
 bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

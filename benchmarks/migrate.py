@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, stored_bytes
+from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers
 
 SHAPE = (256, 1024, 1024)
 INNER = (1, 512, 512)
@@ -207,8 +207,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = parser.parse_args(argv)
 
-    from distributed import Client, LocalCluster
-
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     nbytes = int(np.prod(SHAPE)) * 4
@@ -221,17 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         (c, m): {"s": [], "bytes": [], "mem": []} for c in args.compressor for m in METHODS
     }
     cpu = CpuMeter()
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with two_workers() as client:
         for name, src in sources.items():
             print(f"source: {name}, {stored_bytes(src) / MIB:.0f} MiB stored")
             for rnd in range(args.repeats + 1):

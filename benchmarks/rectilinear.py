@@ -50,7 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe
+from write_throughput import MIB, Memory, memory_probe, two_workers
 
 MONTHS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 SHAPE = (sum(MONTHS), 512, 1440)
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     import dask
-    from distributed import Client, LocalCluster, wait
+    from distributed import wait
 
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
@@ -196,17 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         (src, m): {"s": [], "moved": [], "mem": []} for src in SOURCES for m in METHODS
     }
     cpu = CpuMeter()
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with two_workers() as client:
         for source in SOURCES:
             print(f"source: {source}")
             ds = dataset()

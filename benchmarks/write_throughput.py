@@ -293,6 +293,35 @@ class Memory:
     worker_peak: int | None  # the largest per-worker peak RSS
 
 
+def two_workers() -> Any:
+    """A ``distributed.LocalCluster`` of 2 single-threaded worker processes (no
+    dashboard; the scheduler's HTTP server on a free port) and its ``Client``, as one
+    context manager yielding the client."""
+    from contextlib import ExitStack
+
+    from distributed import Client, LocalCluster
+
+    stack = ExitStack()
+    cluster = stack.enter_context(
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            worker_dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": ":0"},
+        )
+    )
+    client = stack.enter_context(Client(cluster))
+
+    @contextmanager
+    def running() -> Iterator[Any]:
+        with stack:
+            yield client
+
+    return running()
+
+
 @contextmanager
 def memory_probe(client: Any, label: str, out: list[Memory]) -> Iterator[None]:
     """Measure the workers' peak memory during the block; appends to ``out``."""

@@ -22,3 +22,25 @@ def weather_store(tmp_path):
     path = tmp_path / "weather.zarr"
     ds.to_zarr(path, zarr_format=3, encoding=WEATHER_ENCODING, consolidated=False)
     return path, ds
+
+
+# -- a real S3 endpoint (moto's server on 127.0.0.1), for the object-store tests ---------
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from s3server import S3Server, isolated_aws_environment
+
+    workdir = tmp_path_factory.mktemp("s3")
+    with S3Server(workdir) as server, isolated_aws_environment(server.endpoint, workdir):
+        yield server
+
+
+@pytest.fixture
+def bucket(s3):
+    """A new bucket, and fresh s3fs filesystems (no listing cached from another test)."""
+    from s3server import close_s3fs_sessions
+
+    close_s3fs_sessions()
+    yield s3.new_bucket()
+    close_s3fs_sessions()

@@ -203,7 +203,10 @@ def test_unknown_compressor_and_transformer_are_refused(tmp_path):
     path = _copy(tmp_path, "compressors")
     doc_path = path / "meta/root/zstd.array.json"
     doc = json.loads(doc_path.read_text())
-    doc["compressor"] = {"codec": "https://purl.org/zarr/spec/codec/lzma/1.0", "configuration": {}}
+    doc["compressor"] = {
+        "codec": "https://purl.org/zarr/spec/codec/frobnicate/1.0",
+        "configuration": {},
+    }
     doc_path.write_text(json.dumps(doc))
     with pytest.raises(UnsupportedCodecError, match="compressor") as err:
         shardwise.ArrayReader.open(path, "zstd")

@@ -23,7 +23,7 @@ import xarray as xr
 import zarr
 
 import shardwise
-from s3server import Hit, Mark, Recorded, S3Server, close_s3fs_sessions, isolated_aws_environment
+from s3server import Hit, Mark, Recorded, S3Server
 from shardwise.testing import CountingStore
 
 from clusters import CLUSTER_OPTIONS
@@ -38,19 +38,7 @@ CHUNKS = {"time": 10}
 
 
 # -- the endpoint, a bucket per test, a client per parameter ------------------------------
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("s3")
-    with S3Server(workdir) as server, isolated_aws_environment(server.endpoint, workdir):
-        yield server
-
-
-@pytest.fixture
-def bucket(s3):
-    # fresh filesystems per test: no listing cached from another test
-    close_s3fs_sessions()
-    yield s3.new_bucket()
-    close_s3fs_sessions()
+# (the endpoint ``s3`` and a ``bucket`` per test: fixtures of conftest.py)
 
 
 @dataclass

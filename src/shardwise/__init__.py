@@ -26,12 +26,18 @@ from shardwise.errors import (
     WriteError,
 )
 
+# functions named like their module are bound now (their modules import little at
+# load): bound lazily, a later ``import shardwise.migrate`` (dask unpickling a task)
+# would replace the function by the module
+from shardwise.migrate import MigrationReport, migrate
+from shardwise.reshard import ReshardReport, reshard
+
 if TYPE_CHECKING:
     from shardwise.api import open_dataset, to_zarr
+    from shardwise.catalog import ArrayChoiceError, Info, info, inventories, inventory
     from shardwise.fanout import ChunkRoundingWarning
     from shardwise.integrity import VerifyReport, verify
     from shardwise.metadata import ArrayInfo
-    from shardwise.migrate import MigrationReport, migrate
     from shardwise.reader import ArrayReader
     from shardwise.regions import check_regions, shared_shards
     from shardwise.storage import (
@@ -44,16 +50,19 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ArrayChoiceError",
     "ArrayInfo",
     "ArrayReader",
     "ChecksumError",
     "ChunkRoundingWarning",
     "ChunksError",
     "CorruptShardError",
+    "Info",
     "MigrationReport",
     "NotAZarrStoreError",
     "ReadOptions",
     "RegionConflictError",
+    "ReshardReport",
     "ShardwiseError",
     "StoreExistsError",
     "TruncatedShardError",
@@ -65,8 +74,12 @@ __all__ = [
     "check_regions",
     "clear_index_cache",
     "index_cache",
+    "info",
+    "inventories",
+    "inventory",
     "migrate",
     "open_dataset",
+    "reshard",
     "set_index_cache_size",
     "shared_shards",
     "to_zarr",
@@ -74,12 +87,15 @@ __all__ = [
 ]
 
 _LAZY = {
+    "ArrayChoiceError": "shardwise.catalog",
+    "Info": "shardwise.catalog",
+    "info": "shardwise.catalog",
+    "inventories": "shardwise.catalog",
+    "inventory": "shardwise.catalog",
     "ArrayInfo": "shardwise.metadata",
     "ArrayReader": "shardwise.reader",
     "ChunkRoundingWarning": "shardwise.fanout",
     "check_regions": "shardwise.regions",
-    "migrate": "shardwise.migrate",
-    "MigrationReport": "shardwise.migrate",
     "shared_shards": "shardwise.regions",
     "open_dataset": "shardwise.api",
     "ReadOptions": "shardwise.storage",

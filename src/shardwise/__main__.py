@@ -1,18 +1,25 @@
-"""``python -m shardwise verify PATH [--group G] [--decode]``: check every shard."""
+"""``python -m shardwise ...``: the ``shardwise`` command line (:mod:`shardwise.cli`)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] != "verify":
-        print("usage: python -m shardwise verify PATH [--group G] [--decode]", file=sys.stderr)
-        return 2
-    from shardwise.integrity import main as verify_main
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return its exit
+    status instead of exiting."""
+    from shardwise.cli import main as cli
 
-    return verify_main(args[1:])
+    try:
+        cli.main(
+            args=None if argv is None else list(argv),
+            prog_name="python -m shardwise",
+            standalone_mode=True,
+        )
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,10 +18,7 @@ when there is no Zarr v3 group or array to verify.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -326,20 +323,3 @@ def _check_chunk(
         _verify_crc32c(raw, _Context(decoder.array, key, chunk))
     else:
         decoder.decode(raw, key=key, chunk=chunk)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m shardwise verify", description="Check every shard of a Zarr store."
-    )
-    parser.add_argument("store", help="a path or URL")
-    parser.add_argument("--group", default=None)
-    parser.add_argument("--decode", action="store_true", help="decode every inner chunk too")
-    args = parser.parse_args(argv)
-    try:
-        report = verify(args.store, args.group, decode=args.decode)
-    except ShardwiseError as e:  # nothing to verify there
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(report)
-    return 0 if report.ok else 1

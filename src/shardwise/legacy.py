@@ -19,7 +19,6 @@ no special case.
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.metadata import ArrayInfo
+from shardwise.v2 import compressor_codecs, equivalent_metadata
 
 __all__ = [
     "DRAFT_FORMAT",
@@ -40,7 +40,6 @@ __all__ = [
 DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
 SHARDING_URI = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"
 CODEC_URI = "https://purl.org/zarr/spec/codec/"
-_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,17 @@ class DraftArrayInfo(ArrayInfo):
 
     def key(self, shard: tuple[int, ...]) -> str:
         return f"{self.data_prefix}c{self.separator.join(map(str, shard))}"
+
+    def coords(self, key: str) -> tuple[int, ...] | None:
+        start = f"{self.data_prefix}c"
+        if not key.startswith(start):
+            return None
+        rest = key[len(start) :]
+        try:
+            coords = tuple(int(c) for c in rest.split(self.separator)) if rest else ()
+        except ValueError:
+            return None
+        return coords if self._on_grid(coords) and self.key(coords) == key else None
 
 
 def is_draft_root(raw: bytes | None) -> bool:
@@ -93,28 +103,12 @@ def _compressor(path: str, spec: Any, itemsize: int) -> list[dict[str, Any]]:
     uri = spec.get("codec", "") if isinstance(spec, dict) else ""
     config = dict(spec.get("configuration") or {}) if isinstance(spec, dict) else {}
     name = uri.removeprefix(CODEC_URI).rsplit("/", 1)[0] if uri.startswith(CODEC_URI) else ""
-    if name == "zstd":
-        out = {"level": int(config.get("level", 0)), "checksum": bool(config.get("checksum"))}
-        return [{"name": "zstd", "configuration": out}]
-    if name == "gzip":
-        return [{"name": "gzip", "configuration": {"level": int(config.get("level", 5))}}]
-    if name == "zlib":
-        return [{"name": "numcodecs.zlib", "configuration": {"level": int(config.get("level", 1))}}]
-    if name == "blosc":
-        shuffle = int(config.get("shuffle", 1))
-        if shuffle == -1:  # numcodecs' AUTOSHUFFLE: bit-shuffle for 1-byte items
-            shuffle = 2 if itemsize == 1 else 1
-        settings: dict[str, Any] = {
-            "cname": str(config.get("cname", "lz4")),
-            "clevel": int(config.get("clevel", 5)),
-            "shuffle": _BLOSC_SHUFFLE[shuffle],
-            "blocksize": int(config.get("blocksize", 0)),
-            "typesize": itemsize,
-        }
-        return [{"name": "blosc", "configuration": settings}]
+    mapped = compressor_codecs({**config, "id": name}, itemsize) if name else None
+    if mapped is not None:
+        return mapped
     raise UnsupportedCodecError(
         "the draft array's compressor is not one shardwise reads",
-        expected=f"no compressor, or blosc, zstd, gzip or zlib ({CODEC_URI}<name>/1.0)",
+        expected=f"no compressor, or blosc, zstd, gzip, zlib, lz4, bz2 or lzma ({CODEC_URI}<name>/1.0)",
         found=json.dumps(spec),
         array=path or "/",
         key=f"meta/root/{path}.array.json",
@@ -130,7 +124,6 @@ def _fill(value: Any, dtype: np.dtype[Any]) -> Any:
 
 def array_info(doc: Any, path: str, prefix: str = "") -> DraftArrayInfo:
     """The :class:`DraftArrayInfo` of the array document ``doc`` at ``path``."""
-    from zarr.core.metadata import ArrayV3Metadata
 
     path = path.strip("/")
     if not isinstance(doc, dict):
@@ -194,29 +187,17 @@ def array_info(doc: Any, path: str, prefix: str = "") -> DraftArrayInfo:
     else:
         outer, codecs = chunks, inner
 
-    attributes = dict(doc.get("attributes") or {})
-    dims = attributes.get("_ARRAY_DIMENSIONS")
-    final = {
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": shape,
-        "data_type": dtype.newbyteorder("=").name if dtype.itemsize > 1 else dtype.name,
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": outer}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": _fill(doc.get("fill_value"), dtype),
-        "codecs": codecs,
-        "attributes": attributes,
-    }
-    if isinstance(dims, list) and len(dims) == len(shape):
-        final["dimension_names"] = [str(d) for d in dims]
-    with warnings.catch_warnings():
-        # zarr-python warns that numcodecs.* codecs are not in the final spec; here they
-        # stand for the draft's own codec URIs
-        warnings.filterwarnings("ignore", message=".*numcodecs.*", category=UserWarning)
-        try:
-            metadata = ArrayV3Metadata.from_dict(final)
-        except (KeyError, TypeError, ValueError) as e:
-            raise _bad(path, f"{type(e).__name__}: {e}", "a document zarr-python can map") from e
+    metadata = equivalent_metadata(
+        path,
+        shape=shape,
+        dtype=dtype,
+        outer=outer,
+        keys={"name": "default", "configuration": {"separator": "/"}},
+        fill=_fill(doc.get("fill_value"), dtype),
+        codecs=codecs,
+        attributes=dict(doc.get("attributes") or {}),
+        bad=lambda found, expected: _bad(path, found, expected),
+    )
     base = ArrayInfo.from_metadata(metadata, path)
     return DraftArrayInfo(
         path=base.path,

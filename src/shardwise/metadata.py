@@ -303,3 +303,24 @@ class ArrayInfo:
         """The store key of a shard (of a chunk, for an unsharded array)."""
         k = self.metadata.encode_chunk_key(shard)
         return f"{self.path}/{k}" if self.path else str(k)
+
+    def coords(self, key: str) -> tuple[int, ...] | None:
+        """The shard (or chunk) coordinates of a store key of this array; None for keys
+        that are not one of its shards (metadata, strays, coordinates off the grid)."""
+        prefix = self.data_prefix
+        if not key.startswith(prefix):
+            return None
+        try:
+            coords = tuple(
+                int(c)
+                for c in self.metadata.chunk_key_encoding.decode_chunk_key(key[len(prefix) :])
+            )
+        except (ValueError, TypeError, AttributeError):
+            return None
+        return coords if self._on_grid(coords) and self.key(coords) == key else None
+
+    def _on_grid(self, coords: tuple[int, ...]) -> bool:
+        grid = self.layout.grid_shape
+        return len(coords) == len(grid) and all(
+            0 <= c < n for c, n in zip(coords, grid, strict=True)
+        )

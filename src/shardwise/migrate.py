@@ -36,12 +36,28 @@ class MigrationReport:
     shards: int = 0  # stored shards (or chunks of unsharded arrays) to migrate
 
 
+def recode_zlib(codecs: tuple[Any, ...]) -> tuple[tuple[Any, ...], str | None]:
+    """``codecs`` with zlib (numcodecs', not a Zarr v3 codec) replaced by gzip at the
+    same level, and what it was replaced with (None when nothing was)."""
+    from zarr.codecs import GzipCodec
+
+    out, changed = [], None
+    for c in codecs:
+        if type(c).__name__ == "Zlib":
+            level = int(c.codec_config.get("level", 1))
+            out.append(GzipCodec(level=level))
+            changed = f"gzip (level {level})"
+        else:
+            out.append(c)
+    return tuple(out), changed
+
+
 def _target_metadata(info: Any) -> tuple[Any, str | None]:
     """The final-spec metadata of a draft array (index codecs with crc32c, dimension
     names, ``_FillValue`` for xarray as zarr-python 2 meant it) and the codec its chunks
     are re-encoded with, if any."""
     from xarray.backends.zarr import FillValueCoder
-    from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec
+    from zarr.codecs import BytesCodec, Crc32cCodec
 
     metadata = info.metadata
     attributes = dict(metadata.attributes)
@@ -50,20 +66,9 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
         dims = [f"dim_{i}" for i in range(info.ndim)]
     attributes["_FillValue"] = FillValueCoder.encode(info.fill_value, info.dtype)
 
-    def recode(codecs: tuple[Any, ...]) -> tuple[tuple[Any, ...], str | None]:
-        out, changed = [], None
-        for c in codecs:
-            if type(c).__name__ == "Zlib":  # numcodecs.zlib: not a Zarr v3 codec
-                level = int(c.codec_config.get("level", 1))
-                out.append(GzipCodec(level=level))
-                changed = f"gzip (level {level})"
-            else:
-                out.append(c)
-        return tuple(out), changed
-
     sharding = metadata.sharding_codec
     if sharding is not None:
-        inner, changed = recode(tuple(sharding.codecs))
+        inner, changed = recode_zlib(tuple(sharding.codecs))
         codec = replace(
             sharding,
             codecs=inner,
@@ -72,7 +77,7 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
         )
         codecs: tuple[Any, ...] = (codec,)
     else:
-        codecs, changed = recode(tuple(metadata.codecs))
+        codecs, changed = recode_zlib(tuple(metadata.codecs))
     target = replace(metadata, codecs=codecs, attributes=attributes, dimension_names=tuple(dims))
     return target, changed
 
@@ -144,7 +149,8 @@ def migrate(
             expected="no zarr.json at the destination",
             found="a zarr.json",
             key="zarr.json",
-            advice="Pass mode='a' to complete an interrupted migration, or mode='w' to replace it.",
+            advice="Pass mode='a' (shardwise migrate --mode a) to complete an interrupted "
+            "migration, or mode='w' (--mode w) to replace it.",
         )
 
     # plan everything (and refuse what cannot be represented) before writing

@@ -79,7 +79,8 @@ class ArrayReader:
         options: ReadOptions | None = None,
     ) -> ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``):
-        Zarr v3, or a store of the 2022 sharding draft (:mod:`shardwise.legacy`)."""
+        Zarr v3, Zarr v2 (:mod:`shardwise.v2`), or a store of the 2022 sharding draft
+        (:mod:`shardwise.legacy`)."""
         import zarr
 
         from shardwise.legacy import DraftStore
@@ -99,7 +100,13 @@ class ArrayReader:
                 arr = zarr.open_array(
                     store=store, path=path, mode="r", storage_options=storage_options
                 )
-            info = ArrayInfo.from_metadata(arr.metadata, arr.path)
+            info: ArrayInfo
+            if arr.metadata.zarr_format == 2:
+                from shardwise.v2 import array_info
+
+                info = array_info(arr.metadata, arr.path)
+            else:
+                info = ArrayInfo.from_metadata(arr.metadata, arr.path)
         except ShardwiseError:
             raise
         except FileNotFoundError as e:
@@ -239,6 +246,20 @@ class ArrayReader:
                     out[c.out] = arr[c.local]
                 else:
                     out[_ix(c.out)] = arr[_ix(c.local)]
+
+    def read_into(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
+        """Read what ``plan`` lists into ``out`` (of the plan's output shape); parts of
+        ``out`` that no shard read of the plan covers are left as they are."""
+        if plan.shards:
+            self._execute(plan, out)
+
+    def fetch_encoded(self, plan: ReadPlan) -> list[Fetched]:
+        """The encoded inner chunks a plan touches, per shard read (None for a missing
+        shard; per inner chunk its bytes, or None when it is empty), fetched as
+        :meth:`read` fetches them: no decoding."""
+        from zarr.core.sync import sync
+
+        return sync(self._fetch_all(plan))
 
     async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
         sem = asyncio.Semaphore(self.options.concurrency)

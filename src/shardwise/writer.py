@@ -579,9 +579,10 @@ def _done(*_: Any) -> None:
 
 
 # -- the graph ---------------------------------------------------------------------------
-def _done_tree(name: str, keys: Sequence[Any]) -> tuple[dict[Any, Any], Any]:
+def _done_tree(name: str, keys: Sequence[Any], combine: Any = _done) -> tuple[dict[Any, Any], Any]:
     """A layer of tasks that wait for ``keys``, at most :data:`FAN_IN` each, in a tree;
-    returns the layer and its root key."""
+    returns the layer and its root key. Each task calls ``combine`` on the results it
+    waits for (by default it drops them)."""
     from dask._task_spec import Task, TaskRef
 
     layer: dict[Any, Any] = {}
@@ -591,7 +592,7 @@ def _done_tree(name: str, keys: Sequence[Any]) -> tuple[dict[Any, Any], Any]:
         for j in range(max(1, -(-len(keys) // FAN_IN))):
             key = (name, level, j)
             group = keys[j * FAN_IN : (j + 1) * FAN_IN]
-            layer[key] = Task(key, _done, *(TaskRef(k) for k in group))
+            layer[key] = Task(key, combine, *(TaskRef(k) for k in group))
             above.append(key)
         if len(above) == 1:
             return layer, above[0]
@@ -618,14 +619,15 @@ class WriteDelayed(Delayed):
     __dask_optimize__ = staticmethod(optimize)
 
 
-def wait_for(name: str, graph: Any, keys: Sequence[Any]) -> Any:
+def wait_for(name: str, graph: Any, keys: Sequence[Any], *, combine: Any = _done) -> Any:
     """A ``dask.delayed`` (key in layer ``name``) that ends once the tasks of ``keys``
     in ``graph`` have run, through a done tree (no task waits for more than
-    :data:`FAN_IN`); it computes to None."""
+    :data:`FAN_IN`); it computes to None, or to what ``combine`` makes of the tasks'
+    results level by level."""
     from dask.highlevelgraph import HighLevelGraph
 
     with paused_gc():
-        layer, root = _done_tree(name, keys)
+        layer, root = _done_tree(name, keys, combine)
     layers = dict(graph.layers)
     deps = dict(graph.dependencies)
     layers[name] = layer

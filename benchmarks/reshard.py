@@ -1,0 +1,220 @@
+"""Resharding a Zarr v2 store: shardwise.reshard against xarray's route and a plain copy.
+
+A float32 variable ``v`` (time, y, x) of 256 x 1024 x 1024 (1 GiB raw) in a Zarr v2
+store of 1 x 512 x 512 chunks (1 MiB, 1,024 objects) compressed with zstd level 1,
+written once under ``benchmarks/data/``, is resharded on a ``distributed.LocalCluster``
+of 2 single-threaded worker processes to Zarr v3 with shards of 16 x 1024 x 1024
+(64 MiB):
+
+repack (the same inner chunks, 1 x 512 x 512):
+  shardwise.reshard        shardwise.reshard(src, dst, shards={"time": 16, "y": 1024,
+                           "x": 1024}): the compressed chunks moved as bytes
+  xarray                   xr.open_zarr(src).to_zarr(dst, zarr_format=3, encoding=
+                           {"v": {"chunks": ..., "shards": ...}}, align_chunks=True)
+  file copy (floor)        shutil.copytree(src, dst)
+
+re-encode (other inner chunks, 4 x 256 x 256, also 1 MiB):
+  shardwise.reshard        ... chunks={"time": 4, "y": 256, "x": 256}
+  xarray                   the same route with the new inner chunks
+
+Each method runs once to warm up and then ``--repeats`` times (medians reported):
+wall time, bytes written, and the workers' peak memory (distributed's MemorySampler,
+and the largest growth of a worker's peak RSS). Dirty pages are flushed before each
+method. Every output is checked once: xarray opens it identical to the source.
+
+    .venv/bin/python benchmarks/reshard.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from migrate import INNER, SHAPE, SHARD, values_of
+from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
+from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers
+
+OTHER_INNER = (4, 256, 256)
+METHODS = {
+    "repack": ("shardwise.reshard", "xarray", "file copy (floor)"),
+    "re-encode": ("shardwise.reshard", "xarray"),
+}
+TARGETS = {"repack": 5.0, "re-encode": 1.3}  # speed-up over xarray's route
+
+
+def source() -> Path:
+    """The Zarr v2 store, written unless a matching one is there."""
+    import numcodecs
+    import zarr
+
+    path = DATA_DIR / "reshard-v2.zarr"
+    stamp = DATA_DIR / "reshard-v2.json"
+    want = {"shape": SHAPE, "chunks": INNER, "compressor": "zstd1", "v": 1}
+    if stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
+        return path
+    print(f"  writing the Zarr v2 store {path} ...", flush=True)
+    shutil.rmtree(path, ignore_errors=True)
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    arr = root.create_array(
+        "v",
+        shape=SHAPE,
+        chunks=INNER,
+        dtype="<f4",
+        compressors=numcodecs.Zstd(level=1),
+        fill_value=np.nan,
+        attributes={"_ARRAY_DIMENSIONS": ["time", "y", "x"], "units": "K"},
+    )
+
+    def block(t: int) -> None:
+        arr[t : t + SHARD[0]] = values_of(t, t + SHARD[0])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(block, range(0, SHAPE[0], SHARD[0])))
+    stamp.write_text(json.dumps(want))
+    return path
+
+
+def run(case: str, method: str, src: Path, dst: Path) -> None:
+    import xarray as xr
+
+    import shardwise
+
+    inner = INNER if case == "repack" else OTHER_INNER
+    if method == "file copy (floor)":
+        shutil.copytree(src, dst)
+    elif method == "shardwise.reshard":
+        sizes = dict(zip(("time", "y", "x"), SHARD, strict=True))
+        chunks = None if case == "repack" else dict(zip(("time", "y", "x"), inner, strict=True))
+        shardwise.reshard(src, dst, shards=sizes, chunks=chunks)
+    else:
+        import zarr
+
+        enc = {
+            "v": {"chunks": inner, "shards": SHARD, "compressors": zarr.codecs.ZstdCodec(level=1)}
+        }
+        ds = xr.open_zarr(src, consolidated=False)
+        ds.to_zarr(dst, zarr_format=3, encoding=enc, align_chunks=True, consolidated=False)
+
+
+def check(src: Path, dst: Path) -> None:
+    import xarray as xr
+
+    with xr.open_zarr(src, consolidated=False) as a, xr.open_zarr(dst, consolidated=False) as b:
+        for t in range(0, SHAPE[0], SHARD[0]):
+            xr.testing.assert_identical(
+                a.isel(time=slice(t, t + SHARD[0])).load(),
+                b.isel(time=slice(t, t + SHARD[0])).load(),
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = parser.parse_args(argv)
+
+    info = machine()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    nbytes = int(np.prod(SHAPE)) * 4
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    src = source()
+    print(
+        f"v: {SHAPE} float32 ({nbytes / 2**30:.2f} GiB raw, {stored_bytes(src) / MIB:.0f} MiB "
+        f"stored), Zarr v2 chunks {INNER} -> shards {SHARD}"
+    )
+    rows: dict[tuple[str, str], dict[str, list[Any]]] = {
+        (c, m): {"s": [], "bytes": [], "mem": []} for c, ms in METHODS.items() for m in ms
+    }
+    cpu = CpuMeter()
+    with two_workers() as client:
+        for case, methods in METHODS.items():
+            print(f"{case}:")
+            for rnd in range(args.repeats + 1):
+                line = []
+                for method in methods:
+                    dst = DATA_DIR / f"resharded-{method.split()[0].strip('.')}.zarr"
+                    shutil.rmtree(dst, ignore_errors=True)
+                    os.sync()
+                    memory: list[Memory] = []
+                    with memory_probe(client, f"{case} {method} {rnd}", memory):
+                        seconds, _ = timed(lambda c=case, m=method, d=dst: run(c, m, src, d))
+                    r = rows[case, method]
+                    if rnd:
+                        r["s"].append(seconds)
+                        r["bytes"].append(stored_bytes(dst))
+                        r["mem"].append(memory[0])
+                    elif method != "file copy (floor)":
+                        check(src, dst)
+                    shutil.rmtree(dst, ignore_errors=True)
+                    line.append(f"{method} {seconds:.2f} s")
+                print(
+                    f"  {'warm-up (outputs checked)' if rnd == 0 else f'round {rnd}'}: "
+                    + "; ".join(line)
+                )
+        cpu_info = cpu.stop()
+
+    print(f"\nmedian of {args.repeats} runs (1 warm-up not counted)")
+    header = (
+        f"{'case':<10} {'method':<18} {'wall s':>7} {'GB/s raw':>8} {'written MiB':>11} "
+        f"{'+cluster MiB':>12} {'+worker MiB':>11}"
+    )
+    print(header + "\n" + "-" * len(header))
+    out: dict[str, Any] = {"machine": info, "runs": []}
+    for (case, method), r in rows.items():
+        s = statistics.median(r["s"])
+        cl = statistics.median(m.cluster_delta for m in r["mem"])
+        wk = [m.worker_delta for m in r["mem"] if m.worker_delta is not None]
+        wk_text = f"{statistics.median(wk) / MIB:11.0f}" if wk else f"{'-':>11}"
+        print(
+            f"{case:<10} {method:<18} {s:7.2f} {nbytes / s / 1e9:8.2f} "
+            f"{statistics.median(r['bytes']) / MIB:11.0f} {cl / MIB:12.0f} {wk_text}"
+        )
+        out["runs"].append(
+            {
+                "case": case,
+                "method": method,
+                "seconds": r["s"],
+                "written_bytes": r["bytes"],
+                "cluster_delta": [m.cluster_delta for m in r["mem"]],
+                "worker_delta": [m.worker_delta for m in r["mem"]],
+            }
+        )
+    for case in METHODS:
+        ours = statistics.median(rows[case, "shardwise.reshard"]["s"])
+        theirs = statistics.median(rows[case, "xarray"]["s"])
+        text = (
+            f"{case}: reshard {theirs / ours:.2f}x faster than xarray (target {TARGETS[case]}x: "
+            f"{'met' if theirs / ours >= TARGETS[case] else 'MISSED'})"
+        )
+        if case == "repack":
+            floor = statistics.median(rows[case, "file copy (floor)"]["s"])
+            text += f", {ours / floor:.2f}x the time of a plain copy (target <= 2x: " + (
+                "met)" if ours / floor <= 2 else "MISSED)"
+            )
+        else:
+            mine = statistics.median(
+                m.worker_delta or 0 for m in rows[case, "shardwise.reshard"]["mem"]
+            )
+            xa = statistics.median(m.worker_delta or 0 for m in rows[case, "xarray"]["mem"])
+            text += f"; worker peak {mine / max(xa, 1):.2f}x xarray's (target <= 0.5x: " + (
+                "met)" if mine <= xa / 2 else "MISSED)"
+            )
+        print(text)
+    print_cpu(cpu_info)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,711 @@
+"""``shardwise.reshard``: any store shardwise reads to sharded Zarr v3, one task per shard.
+
+Sources: Zarr v2, unsharded and sharded Zarr v3 (regular or rectilinear shard grids),
+and stores of the 2022 sharding draft (:mod:`shardwise.sources`). Each array of the
+destination is ``sharding_indexed`` with the index at the end and crc32c.
+
+Two ways to fill a target shard, chosen per array before anything is written:
+
+*repack*
+    The target inner chunks are the source's chunks (same shape) and the codec chains
+    write the same bytes (a v2 ``zstd``/``blosc``/``gzip`` compressor with ``C`` order
+    and no filters is Zarr v3 ``bytes`` + that codec; an unsharded v3 chain is the same
+    chain inside a shard; a sharded source with the same inner chunks). The task reads
+    the encoded source chunks (one request per source object, or the shard's index and
+    coalesced ranges per source shard) and puts one target shard: no codec work.
+*re-encode*
+    Anything else: the task reads the target shard's region decoded (shardwise's reader:
+    one index read per source shard, coalesced ranges), encodes its inner chunks
+    (chunks holding only the fill value are left out, as zarr-python does) and puts the
+    shard. Memory: one target shard's values per task.
+
+Metadata is written through zarr-python's metadata classes; attributes, dimension
+names and fill values keep the meaning xarray gives them (a Zarr v2 ``fill_value``
+becomes the ``_FillValue`` attribute, ``_ARRAY_DIMENSIONS`` the ``dimension_names``), so
+the result opens like the source with ``engine="zarr"``.
+
+``resume=True`` completes a destination left by an interrupted run: target shards that
+are present and whose index reads back are skipped (shards are single puts, so a present
+shard is whole).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shardwise.errors import StoreExistsError, WriteError
+
+if TYPE_CHECKING:
+    from shardwise.metadata import ArrayInfo
+
+__all__ = ["ReshardReport", "reshard"]
+
+Sizes = Mapping[str, int] | str | None
+# what one task did: shards written, skipped, bytes read, bytes written, chunks
+# repacked, chunks re-encoded
+Stats = tuple[int, int, int, int, int, int]
+_ZERO: Stats = (0, 0, 0, 0, 0, 0)
+COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to this size
+
+
+@dataclass
+class ReshardReport:
+    """What :func:`reshard` did (with ``compute=False``: the plan; the counts are filled
+    in by :meth:`add` from the delayed's result)."""
+
+    arrays: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    repacked: list[str] = field(default_factory=list)  # arrays moved as bytes
+    reencoded: list[str] = field(default_factory=list)  # arrays decoded and re-encoded
+    copied: list[str] = field(default_factory=list)  # arrays copied through zarr-python
+    shards: int = 0  # target shards planned (those with source data)
+    shards_written: int = 0
+    shards_skipped: int = 0  # present and valid in the destination (resume)
+    bytes_read: int = 0  # encoded chunk bytes moved (repack), values decoded (re-encode)
+    bytes_written: int = 0
+    chunks_repacked: int = 0
+    chunks_reencoded: int = 0
+
+    def add(self, stats: Stats) -> ReshardReport:
+        """Count the totals a run computed (the result of the delayed)."""
+        w, s, r, b, p, e = stats
+        self.shards_written += w
+        self.shards_skipped += s
+        self.bytes_read += r
+        self.bytes_written += b
+        self.chunks_repacked += p
+        self.chunks_reencoded += e
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __str__(self) -> str:
+        copied = f", {len(self.copied)} copied whole" if self.copied else ""
+        return "\n".join(
+            [
+                f"{_plural(len(self.arrays), 'array')} in {_plural(len(self.groups), 'group')}: "
+                f"{len(self.repacked)} repacked, {len(self.reencoded)} re-encoded{copied}",
+                f"shards: {self.shards_written} written, {self.shards_skipped} already there "
+                f"(of {self.shards})",
+                f"inner chunks: {self.chunks_repacked} moved as bytes, "
+                f"{self.chunks_reencoded} re-encoded",
+                f"bytes: {self.bytes_read:,} read, {self.bytes_written:,} written",
+            ]
+        )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+# -- planning ----------------------------------------------------------------------------
+@dataclass
+class _ArrayPlan:
+    """One array's job; one key of the graph holds it, its tasks refer to it."""
+
+    src_store: Any
+    src: ArrayInfo
+    dst_store: Any
+    dst: ArrayInfo
+    repack: bool
+    resume: bool
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_c_")}
+
+
+def _names(info: ArrayInfo) -> list[str]:
+    dims = info.dimension_names
+    if dims is None or any(d is None for d in dims):
+        return [f"dim_{i}" for i in range(info.ndim)]
+    return [str(d) for d in dims]
+
+
+def _outer(info: ArrayInfo) -> list[int | tuple[int, ...]]:
+    """The source's shard (or, unsharded, chunk) size per dimension."""
+    return [d.shards for d in info.layout.dims]
+
+
+def _inner(info: ArrayInfo) -> tuple[int, ...]:
+    """The source's inner chunk (or, unsharded, chunk) shape."""
+    inner = info.inner_chunk_shape
+    if inner is not None:
+        return inner
+    return tuple(int(d.shards) for d in info.layout.dims)  # type: ignore[arg-type]
+
+
+def _grid_blocks(inner: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The inner chunk grid as dask-style block sizes (for ``auto_shards``)."""
+    return tuple((c,) * max(1, -(-n // c)) for c, n in zip(inner, shape, strict=True))
+
+
+def _check_sizes(name: str, sizes: Sizes, known: set[str]) -> None:
+    import numpy as np
+
+    if sizes is None or sizes == "auto":
+        return
+    if isinstance(sizes, str) or not isinstance(sizes, Mapping):
+        raise WriteError(
+            f"{name} must be a mapping of dimension name to size, 'auto' or None",
+            expected="e.g. {'time': 100}",
+            found=repr(sizes),
+        )
+    for dim, n in sizes.items():
+        if dim not in known:
+            raise WriteError(
+                f"{name} names a dimension no array has",
+                expected=f"one of {sorted(known)}",
+                found=repr(dim),
+            )
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise WriteError(
+                f"{name} sizes must be integers >= 1",
+                expected="a positive integer",
+                found=f"{dim}={n!r}",
+            )
+
+
+def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[Any, ...]:
+    """The inner codec chain of the target: the source's (zlib as gzip: Zarr v3 has no
+    zlib codec), or ``bytes`` and the codecs given."""
+    from zarr.codecs import BytesCodec
+
+    from shardwise.migrate import recode_zlib
+
+    if codecs is None:
+        sharding = info.sharding
+        chain = tuple(info.codecs if sharding is None else sharding.codecs)
+        return recode_zlib(chain)[0]
+    given = tuple(codecs) if isinstance(codecs, list | tuple) else (codecs,)
+    if any(type(c).__name__ in ("BytesCodec", "ShardingCodec") for c in given):
+        return given
+    return (BytesCodec(), *given)
+
+
+def _same_chain(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    try:
+        return [c.to_dict() for c in a] == [c.to_dict() for c in b]
+    except Exception:
+        return False
+
+
+def _attributes(kind: str, info: ArrayInfo) -> tuple[dict[str, Any], list[str]]:
+    """The target's attributes and dimension names, as xarray showed the source."""
+    from xarray.backends.zarr import FillValueCoder
+
+    from shardwise.sources import KINDS
+    from shardwise.v2 import V2ArrayInfo
+
+    attributes = dict(info.attributes)
+    if kind == KINDS[0]:
+        return attributes, _names(info)
+    attributes.pop("_ARRAY_DIMENSIONS", None)
+    fill = info.v2_fill_value if isinstance(info, V2ArrayInfo) else info.fill_value
+    if fill is not None and "_FillValue" not in attributes:
+        attributes["_FillValue"] = FillValueCoder.encode(fill, info.dtype)
+    return attributes, _names(info)
+
+
+def _plan_array(
+    kind: str,
+    info: ArrayInfo,
+    rel: str,
+    *,
+    shards: Sizes,
+    chunks: Sizes,
+    codecs: Any,
+) -> tuple[Any, bool]:
+    """The target's zarr-python metadata, and whether its chunks can be repacked."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+    from zarr.core.metadata import ArrayV3Metadata
+
+    from shardwise.api import auto_chunks, auto_shards
+    from shardwise.rectilinear import enabled
+
+    names = _names(info)
+    itemsize = info.dtype.itemsize
+    src_inner = _inner(info)
+    outer = _outer(info)
+    sized_chunks = dict(chunks) if isinstance(chunks, Mapping) else {}
+    sized_shards = dict(shards) if isinstance(shards, Mapping) else {}
+    inner = tuple(
+        max(1, min(int(sized_chunks.get(n, c)), max(e, 1)))
+        for n, c, e in zip(names, src_inner, info.shape, strict=True)
+    )
+    grid: dict[str, Any] | None = None
+    if shards is None and info.sharding is not None and chunks is None:
+        grid = info.metadata.to_dict()["chunk_grid"]  # unchanged (regular or rectilinear)
+    elif shards == "auto" or (shards is None and info.sharding is None):
+        blocks = None if chunks == "auto" else _grid_blocks(inner, info.shape)
+        shard_shape = auto_shards(info.shape, itemsize, blocks)
+    else:
+        shard_shape = tuple(
+            int(sized_shards[n]) if n in sized_shards else (o if isinstance(o, int) else max(o))
+            for n, o in zip(names, outer, strict=True)
+        )
+    if chunks == "auto":
+        if grid is not None:  # a rectilinear grid kept: inner chunks divide every edge
+            grid = None
+            shard_shape = tuple(o if isinstance(o, int) else max(o) for o in outer)
+        inner = auto_chunks(shard_shape, itemsize)
+    if grid is None:
+        # a dimension whose inner chunk was not chosen follows the shard size given
+        inner = tuple(
+            math.gcd(s, c) if s % c and n not in sized_chunks else c
+            for n, s, c in zip(names, shard_shape, inner, strict=True)
+        )
+        for n, s, c in zip(names, shard_shape, inner, strict=True):
+            if s % c:
+                raise WriteError(
+                    "the shard size is not a multiple of the inner chunk size",
+                    expected=f"a multiple of {c} along {n!r}",
+                    found=str(s),
+                    array=rel or "/",
+                    advice=f"Use shards {{{n!r}: {-(-s // c) * c}}} or an inner chunk "
+                    f"that divides {s}.",
+                )
+        grid = {"name": "regular", "configuration": {"chunk_shape": list(shard_shape)}}
+    chain = _target_codecs(info, codecs)
+    sharding = ShardingCodec(
+        chunk_shape=inner,
+        codecs=chain,
+        index_codecs=(BytesCodec(endian="little"), Crc32cCodec()),
+        index_location="end",
+    )
+    attributes, dims = _attributes(kind, info)
+    doc = info.metadata.to_dict()
+    doc.update(
+        chunk_grid=grid,
+        chunk_key_encoding={"name": "default", "configuration": {"separator": "/"}},
+        codecs=[sharding.to_dict()],
+        attributes=attributes,
+        dimension_names=dims,
+        storage_transformers=[],
+    )
+    with enabled():
+        metadata = ArrayV3Metadata.from_dict(doc)
+    src_chain = info.codecs if info.sharding is None else info.sharding.codecs
+    repack = inner == src_inner and _same_chain(chain, src_chain)
+    return metadata, repack
+
+
+# -- the entry point ---------------------------------------------------------------------
+def reshard(
+    src: Any,
+    dst: Any,
+    *,
+    shards: Sizes = None,
+    chunks: Sizes = None,
+    codecs: Any = None,
+    group: str | None = None,
+    variables: Sequence[str] | None = None,
+    mode: str = "w-",
+    resume: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    target_options: dict[str, Any] | None = None,
+    consolidated: bool = True,
+    compute: bool = True,
+) -> Any:
+    """Rewrite the arrays under ``group`` of ``src`` (Zarr v2, Zarr v3, or a store of the
+    2022 draft; a path, URL or zarr ``Store``) as sharded Zarr v3 at ``dst``.
+
+    ``shards`` and ``chunks``: sizes by dimension name (``{"time": 100}``; dimensions
+    not named keep the source's shard, or unsharded chunk, and inner chunk sizes),
+    ``"auto"`` (toward ``shardwise.shard-bytes`` / ``shardwise.chunk-bytes``), or None:
+    unchanged (an unsharded source gets ``"auto"`` shards of its own chunks). ``codecs``:
+    None keeps the source's (zlib becomes gzip), else a codec or list of codecs for the
+    inner chunks. ``variables``: array paths (relative to ``group``) to take; all when
+    None. ``mode="w-"`` refuses an existing ``dst``, ``"w"`` replaces it;
+    ``resume=True`` completes the job a run with the same arguments left unfinished.
+    ``consolidated``: write consolidated metadata, as ``ds.to_zarr`` does, so that
+    ``xr.open_zarr(dst)`` reads one document.
+
+    Returns a :class:`ReshardReport`; with ``compute=False`` the metadata is written and
+    ``(report, delayed)`` is returned: computing the delayed (on any dask scheduler)
+    writes the shards and gives the counts for ``report.add``."""
+    import dask
+
+    if mode not in ("w-", "w"):
+        raise WriteError("unknown mode", expected="'w-' or 'w'", found=repr(mode))
+    if resume and mode == "w":
+        raise WriteError(
+            "resume=True continues a destination that mode='w' would erase",
+            expected="resume=True with mode='w-' (the default)",
+            found="mode='w'",
+        )
+    plans, report = _prepare(
+        src,
+        dst,
+        shards=shards,
+        chunks=chunks,
+        codecs=codecs,
+        group=group,
+        variables=variables,
+        mode=mode,
+        resume=resume,
+        storage_options=storage_options,
+        target_options=target_options,
+        consolidated=consolidated,
+    )
+    delayed = _graph(plans)
+    report.shards = sum(len(t) for _, t in plans)
+    if not compute:
+        return report, delayed
+    (stats,) = dask.compute(delayed)
+    return report.add(stats)
+
+
+def _prepare(
+    src: Any,
+    dst: Any,
+    *,
+    shards: Sizes,
+    chunks: Sizes,
+    codecs: Any,
+    group: str | None,
+    variables: Sequence[str] | None,
+    mode: str,
+    resume: bool,
+    storage_options: dict[str, Any] | None,
+    target_options: dict[str, Any] | None,
+    consolidated: bool,
+) -> tuple[list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]], ReshardReport]:
+    """Plan every array (and refuse what cannot be done) before writing; then write the
+    groups and array metadata. Returns each array's plan and target shards to fill."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise.metadata import ArrayInfo
+    from shardwise.rectilinear import enabled
+    from shardwise.sources import open_source
+    from shardwise.storage import read_only_store_path
+
+    source = open_source(src, group, storage_options)
+    chosen = dict(source.arrays)
+    unreadable = dict(source.unreadable)
+    if variables is not None:
+        wanted = [v.strip("/") for v in variables]
+        missing = [v for v in wanted if v not in chosen and v not in unreadable]
+        if missing:
+            raise WriteError(
+                "variables names arrays the source does not have",
+                expected=f"some of {sorted([*chosen, *unreadable])}",
+                found=str(missing),
+            )
+        chosen = {k: v for k, v in chosen.items() if k in wanted}
+        unreadable = {k: v for k, v in unreadable.items() if k in wanted}
+    known = {n for info in chosen.values() for n in _names(info)}
+    _check_sizes("shards", shards, known)
+    _check_sizes("chunks", chunks, known)
+    for rel, err in unreadable.items():
+        _check_copyable(source, rel, err)
+
+    targets = {
+        rel: _plan_array(source.kind, info, rel, shards=shards, chunks=chunks, codecs=codecs)
+        for rel, info in chosen.items()
+    }
+
+    # the destination
+    try:
+        existing = read_only_store_path(dst, target_options)
+        exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
+    except FileNotFoundError:
+        exists = False
+    if exists and mode == "w-" and not resume:
+        raise StoreExistsError(
+            "the destination holds Zarr data already",
+            expected="no zarr.json at the destination",
+            found="a zarr.json",
+            key="zarr.json",
+            advice="Pass resume=True (shardwise reshard --resume) to complete an interrupted "
+            "reshard, or mode='w' (--overwrite) to replace it.",
+        )
+    if resume and not exists:
+        resume = False  # nothing to resume: a fresh run
+    root = zarr.open_group(
+        dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
+    )
+    dst_store = root.store_path.store
+    prefix = root.store_path.path.strip("/")
+    proto = default_buffer_prototype()
+    needed = {""}
+    for rel in [*chosen, *unreadable]:
+        parts = rel.split("/")[:-1]
+        needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
+    groups = sorted(g for g in source.groups if g in needed or variables is None)
+    for g in groups:
+        node = root if not g else root.require_group(g)
+        attrs = source.groups.get(g, {})
+        if attrs and not resume:
+            node.attrs.update(attrs)
+
+    report = ReshardReport(groups=[g or "/" for g in groups])
+    plans = []
+    for rel, (metadata, repack) in targets.items():
+        info = chosen[rel]
+        where = f"{prefix}/{rel}" if prefix else rel
+        dst_info = ArrayInfo.from_metadata(metadata, where)
+        if resume:
+            _check_resumable(dst_store, where, metadata, rel)
+        else:
+            with enabled():
+                for key, buf in metadata.to_buffer_dict(proto).items():
+                    sync(dst_store.set(f"{where}/{key}", buf))
+        plan = _ArrayPlan(source.store, info, dst_store, dst_info, repack, resume)
+        plans.append((plan, _target_shards(source.store, info, dst_info)))
+        report.arrays.append(rel)
+        (report.repacked if repack else report.reencoded).append(rel)
+    for rel in unreadable:
+        if not (resume and sync(dst_store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
+            _copy_whole(source, rel, root)
+        report.arrays.append(rel)
+        report.copied.append(rel)
+    if consolidated:
+        import warnings
+
+        with warnings.catch_warnings(), enabled():
+            # "not part of the Zarr v3 specification": xarray's to_zarr writes it too
+            warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+            zarr.consolidate_metadata(root.store_path.store, root.store_path.path or None)
+    return plans, report
+
+
+def _check_copyable(source: Any, rel: str, err: Exception) -> None:
+    """Arrays shardwise cannot read (strings, objects) are copied whole through
+    zarr-python when small enough; refuse others before writing."""
+    import zarr
+
+    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
+    nbytes = math.prod(arr.shape) * max(arr.dtype.itemsize, 8)
+    if source.kind == "2022 sharding draft" or nbytes > COPY_LIMIT:
+        raise WriteError(
+            "an array cannot be resharded",
+            expected=f"arrays shardwise reads, or others up to {COPY_LIMIT // 2**20} MiB "
+            "(copied whole)",
+            found=str(err),
+            array=rel,
+            advice="Leave it out with variables=[...] and copy it with zarr-python.",
+        )
+
+
+def _copy_whole(source: Any, rel: str, root: Any) -> None:
+    """Copy a (small) array shardwise cannot read through zarr-python, unsharded."""
+    import zarr
+
+    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
+    attributes = dict(arr.attrs)
+    dims = attributes.pop("_ARRAY_DIMENSIONS", None)
+    fill = arr.metadata.fill_value
+    if arr.metadata.zarr_format == 2 and fill is not None and "_FillValue" not in attributes:
+        from xarray.backends.zarr import FillValueCoder
+
+        attributes["_FillValue"] = FillValueCoder.encode(fill, arr.dtype)
+    if arr.metadata.zarr_format == 3:
+        dims = arr.metadata.dimension_names
+    root.create_array(
+        rel,
+        data=arr[...],
+        chunks=arr.chunks,
+        attributes=attributes,
+        dimension_names=dims,
+        fill_value=fill,
+    )
+
+
+def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
+    """A destination to resume must hold this array with the metadata this run writes."""
+    import json
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise.rectilinear import enabled
+
+    key = f"{where}/zarr.json"
+    buf = sync(store.get(key, default_buffer_prototype()))
+    with enabled():
+        want = json.loads(
+            metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+        )
+    found = None if buf is None else json.loads(buf.to_bytes())
+    if found != want:
+        raise StoreExistsError(
+            "the destination was not made by a reshard with these arguments",
+            expected="the array's metadata this run would write",
+            found="no array" if found is None else "other metadata",
+            array=rel,
+            key=key,
+            advice="Resume with the same shards, chunks and codecs, or pass mode='w' "
+            "(--overwrite) to start again.",
+        )
+
+
+def _target_shards(
+    store: Any, src: ArrayInfo, dst: ArrayInfo
+) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+    """The target shards that hold source data, each with the source objects (shards,
+    or chunks of an unsharded source) it takes data from: the source's objects are
+    listed, so absent source chunks and shards cost no request and no task."""
+    from zarr.core.sync import sync
+
+    async def listing() -> list[str]:
+        return [k async for k in store.list_prefix(src.data_prefix)]
+
+    found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    src_dims, dst_dims = src.layout.dims, dst.layout.dims
+    for key in sync(listing()):
+        coords = src.coords(key)
+        if coords is None:
+            continue
+        ranges = []
+        for d, t, s in zip(src_dims, dst_dims, coords, strict=True):
+            lo = d.shard_start(s)
+            hi = min(lo + d.shard_size(s), d.extent)
+            ranges.append(t.shard_range(lo, hi - 1))
+        for target in _product(ranges):
+            found.setdefault(target, []).append(coords)
+    return dict(sorted(found.items()))
+
+
+def _product(ranges: list[range]) -> list[tuple[int, ...]]:
+    import itertools
+
+    return list(itertools.product(*ranges))
+
+
+# -- the graph ---------------------------------------------------------------------------
+def _graph(plans: list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]]) -> Any:
+    from dask._task_spec import DataNode, Task, TaskRef
+    from dask.highlevelgraph import HighLevelGraph
+
+    from shardwise.writer import wait_for
+
+    token = uuid.uuid4().hex
+    name = f"shardwise-reshard-{token}"
+    layer: dict[Any, Any] = {}
+    keys = []
+    for i, (plan, shards) in enumerate(plans):
+        pkey = (f"{name}-plan", i)
+        layer[pkey] = DataNode(pkey, plan)
+        for shard, sources in shards.items():
+            key = (name, i, *shard)
+            layer[key] = Task(key, _reshard_shard, TaskRef(pkey), shard, sources)
+            keys.append(key)
+    graph = HighLevelGraph({name: layer}, {name: set()})
+    return wait_for(f"shardwise-resharded-{token}", graph, keys, combine=_sum)
+
+
+def _sum(*stats: Stats | None) -> Stats:
+    total = list(_ZERO)
+    for s in stats:
+        if s is not None:
+            for i, v in enumerate(s):
+                total[i] += v
+    return (total[0], total[1], total[2], total[3], total[4], total[5])
+
+
+def _valid(plan: _ArrayPlan, shard: tuple[int, ...]) -> bool:
+    """Whether the destination holds this shard with an index that reads back."""
+    from shardwise.errors import ShardwiseError
+    from shardwise.reader import ArrayReader
+
+    try:
+        return ArrayReader(plan.dst_store, plan.dst).shard_index(shard) is not None
+    except ShardwiseError:
+        return False
+
+
+def _reshard_shard(
+    plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]
+) -> Stats:
+    """Fill one target shard from the source objects ``sources`` (see the module
+    docstring)."""
+    import numpy as np
+
+    from shardwise.layout import ReadPlan
+    from shardwise.reader import ArrayReader
+    from shardwise.writer import _Target
+
+    if plan.resume and _valid(plan, shard):
+        return (0, 1, 0, 0, 0, 0)
+    dst, src = plan.dst, plan.src
+    target = _Target(
+        plan.dst_store,
+        dst,
+        offset=(0,) * dst.ndim,
+        region=tuple((0, n) for n in dst.shape),
+        write_empty_chunks=False,
+        order="morton",
+        fresh=not plan.resume,
+    )
+    region = []
+    for d, s in zip(dst.layout.dims, shard, strict=True):
+        lo = d.shard_start(s)
+        region.append((lo, min(lo + d.shard_size(s), d.extent)))
+    reader = ArrayReader(plan.src_store, src)
+    whole = src.layout.plan([slice(lo, hi) for lo, hi in region])
+    present = set(sources)
+    reads = ReadPlan(
+        whole.out_shape, tuple(r for r in whole.shards if r.shard in present), whole.basic
+    )
+    chunks: dict[tuple[int, ...], Any] = {}
+    if plan.repack:
+        read = 0
+        inner = dst.layout.inner_shape(shard)
+        first = tuple(lo // c for (lo, _), c in zip(region, inner, strict=True))
+        for shard_read, data in zip(reads.shards, reader.fetch_encoded(reads), strict=True):
+            if data is None:
+                continue
+            base = tuple(
+                d.shard_start(s) // c
+                for d, s, c in zip(src.layout.dims, shard_read.shard, inner, strict=True)
+            )
+            for c in shard_read.chunks:
+                raw = data.get(c.inner)
+                if raw is not None:
+                    chunks[
+                        tuple(b + i - f for b, i, f in zip(base, c.inner, first, strict=True))
+                    ] = raw
+                    read += len(raw)
+        blob = target.assemble(shard, chunks)
+        target.put(shard, blob, existed=None if plan.resume else False)
+        return (int(blob is not None), 0, read, len(blob or b""), len(chunks), 0)
+    # decoded a slab of inner chunks at a time (along the first dimension): a worker
+    # holds one slab's values and the shard's encoded chunks, not the raw shard
+    boxes = target.inner_boxes(shard)
+    read = 0
+    for row in range(dst.layout.chunks_per_shard(shard)[0]):
+        slab = [(lo, hi) for lo, hi in region]
+        inner0 = dst.layout.inner_shape(shard)[0]
+        slab[0] = (
+            region[0][0] + row * inner0,
+            min(region[0][0] + (row + 1) * inner0, region[0][1]),
+        )
+        if slab[0][0] >= slab[0][1]:
+            break
+        part = src.layout.plan([slice(lo, hi) for lo, hi in slab])
+        reads = ReadPlan(
+            part.out_shape, tuple(r for r in part.shards if r.shard in present), part.basic
+        )
+        values = np.full(part.out_shape, src.fill_value, dtype=src.dtype)
+        reader.read_into(reads, values)
+        read += values.nbytes
+        for inner_chunk, box in boxes.items():
+            if inner_chunk[0] != row:
+                continue
+            piece = values[
+                tuple(slice(a - r[0], b - r[0]) for (a, b), r in zip(box, slab, strict=True))
+            ]
+            encoded = target.encode(shard, target.padded(shard, piece))
+            if encoded is not None:
+                chunks[inner_chunk] = encoded
+        del values
+    blob = target.assemble(shard, chunks)
+    target.put(shard, blob, existed=None if plan.resume else False)
+    return (int(blob is not None), 0, read, len(blob or b""), 0, len(chunks))
