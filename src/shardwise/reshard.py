@@ -673,9 +673,8 @@ def _reshard_shard(
                         tuple(b + i - f for b, i, f in zip(base, c.inner, first, strict=True))
                     ] = raw
                     read += len(raw)
-        blob = target.assemble(shard, chunks)
-        target.put(shard, blob, existed=None if plan.resume else False)
-        return (int(blob is not None), 0, read, len(blob or b""), len(chunks), 0)
+        written = _put(plan, shard, chunks)
+        return (int(written > 0), 0, read, written, len(chunks), 0)
     # decoded a slab of inner chunks at a time (along the first dimension): a worker
     # holds one slab's values and the shard's encoded chunks, not the raw shard
     boxes = target.inner_boxes(shard)
@@ -706,6 +705,27 @@ def _reshard_shard(
             if encoded is not None:
                 chunks[inner_chunk] = encoded
         del values
-    blob = target.assemble(shard, chunks)
-    target.put(shard, blob, existed=None if plan.resume else False)
-    return (int(blob is not None), 0, read, len(blob or b""), 0, len(chunks))
+    written = _put(plan, shard, chunks)
+    return (int(written > 0), 0, read, written, 0, len(chunks))
+
+
+def _put(plan: _ArrayPlan, shard: tuple[int, ...], chunks: dict[tuple[int, ...], Any]) -> int:
+    """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
+    deletes a stale one); returns the bytes written."""
+    from zarr.core.sync import sync
+
+    from shardwise.codecs import ShardDecoder
+    from shardwise.reader import ArrayReader
+    from shardwise.shard import shard_buffer, write_order
+
+    key = plan.dst.key(shard)
+    decoder = ArrayReader(plan.dst_store, plan.dst).decoder(shard)
+    assert isinstance(decoder, ShardDecoder)  # the target is always sharded
+    order = write_order(decoder.chunks_per_shard, "morton")
+    buf = shard_buffer(chunks, decoder.index, order, plan.dst_store)
+    if buf is None:
+        if plan.resume and sync(plan.dst_store.exists(key)):
+            sync(plan.dst_store.delete(key))
+        return 0
+    sync(plan.dst_store.set(key, buf))
+    return len(buf)

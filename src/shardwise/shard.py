@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from shardwise.index import IndexFormat
 
-__all__ = ["WRITE_ORDERS", "assemble_shard", "write_order"]
+__all__ = ["WRITE_ORDERS", "assemble_shard", "shard_buffer", "write_order"]
 
 WRITE_ORDERS = ("morton", "C")
 
@@ -57,3 +59,54 @@ def assemble_shard(
         offset += n
     index = fmt.encode(table)
     return b"".join([index, *pieces] if fmt.location == "start" else [*pieces, index])
+
+
+_SCRATCH = threading.local()
+
+
+def _copies_out(store: Any) -> bool:
+    """Whether ``store.set`` is done with the bytes it is given once it returns (it
+    writes them out and keeps no reference): then one buffer per thread can be reused
+    for every shard, which spares a fresh allocation (and its page faults) per shard.
+    Known of zarr-python's LocalStore; other stores get a buffer of their own."""
+    from zarr.storage import LocalStore
+
+    return type(store) is LocalStore
+
+
+def shard_buffer(
+    chunks: Mapping[tuple[int, ...], bytes | memoryview],
+    fmt: IndexFormat,
+    order: list[tuple[int, ...]],
+    store: Any,
+) -> Any:
+    """:func:`assemble_shard` as a zarr-python ``Buffer`` to give ``store.set`` (in
+    this thread's reused scratch memory where the store allows it); None for a shard
+    with no chunks."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    proto = default_buffer_prototype()
+    if not _copies_out(store):
+        blob = assemble_shard(chunks, fmt, order)
+        return None if blob is None else proto.buffer.from_bytes(blob)
+    if not chunks:
+        return None
+    table = fmt.empty_table()
+    start = fmt.nbytes if fmt.location == "start" else 0
+    total = fmt.nbytes + sum(len(c) for c in chunks.values())
+    scratch = getattr(_SCRATCH, "buf", None)
+    if scratch is None or len(scratch) < total:
+        scratch = _SCRATCH.buf = np.empty(max(total, 1 << 20), dtype=np.uint8)
+    offset = start
+    for inner in order:
+        data = chunks.get(inner)
+        if data is None:
+            continue
+        n = len(data)
+        table[inner] = (offset, n)
+        scratch[offset : offset + n] = np.frombuffer(data, dtype=np.uint8)
+        offset += n
+    index = np.frombuffer(fmt.encode(table), dtype=np.uint8)
+    at = 0 if fmt.location == "start" else offset
+    scratch[at : at + len(index)] = index
+    return proto.buffer.from_array_like(scratch[:total])
