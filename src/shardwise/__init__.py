@@ -3,8 +3,13 @@
 ``xr.open_dataset(store, engine="shardwise", chunks={})`` reads sharded Zarr v3 stores
 with one dask chunk per shard; ``shardwise.open_dataset(store, chunks=...)`` reads with
 an explicit fan-out graph (one index task per shard, read tasks of whole inner chunks
-below it); ``shardwise.to_zarr(ds, store, ...)`` writes with one dask task per shard. The names below load lazily, so importing shardwise (as
-xarray does when it lists engines) stays light.
+below it); ``shardwise.to_zarr(ds, store, ...)`` writes with one dask task per shard.
+For data that exists already: ``shardwise.reshard`` (Zarr v2, v3 and 2022 draft stores
+to sharded Zarr v3, chunks moved as bytes where the codecs allow), ``shardwise.migrate``
+(draft stores), ``shardwise.inventory`` and ``shardwise.info`` (what the shard indexes
+say is stored), ``shardwise.verify``; the ``shardwise`` command runs them. The names
+below load lazily, so importing shardwise (as xarray does when it lists engines) stays
+light.
 """
 
 from __future__ import annotations

@@ -208,6 +208,17 @@ def codec_option(*names: str, help: str | None = None) -> Callable[[Any], Any]:
     )
 
 
+# the storage options of a command's DST (migrate, reshard)
+dst_storage_option = click.option(
+    "--dst-storage-option",
+    "dst_storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_click_callback(parse_storage_options),
+    help="A storage option for DST when it is a URL (repeatable), as --storage-option.",
+)
+
+
 # -- what a command is given besides its own arguments ----------------------------------------
 class Run:
     """One command's run: where its output goes, its storage options, and (for
@@ -520,14 +531,7 @@ def verify(run: Run, path: str, group: str | None, decode: bool) -> int:
     show_default=True,
     help="w-: refuse an existing DST; a: complete an interrupted migration; w: replace DST.",
 )
-@click.option(
-    "--dst-storage-option",
-    "dst_storage_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_click_callback(parse_storage_options),
-    help="A storage option for DST when it is a URL (repeatable), as --storage-option.",
-)
+@dst_storage_option
 @shared_options(computes=True, store="SRC")
 def migrate(
     run: Run,
@@ -590,14 +594,7 @@ def migrate(
 )
 @click.option("--resume", is_flag=True, help="Complete a destination an interrupted run left.")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
-@click.option(
-    "--dst-storage-option",
-    "dst_storage_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_click_callback(parse_storage_options),
-    help="Storage option for DST (repeatable).",
-)
+@dst_storage_option
 @shared_options(computes=True, store="SRC")
 def reshard(
     run: Run,
