@@ -62,13 +62,17 @@ def assemble_shard(
 
 
 _SCRATCH = threading.local()
+# shards up to this size are assembled in the reused buffer; the buffer stays allocated
+# (one per thread that assembled a shard), so larger shards get memory of their own
+SCRATCH_LIMIT = 256 * 2**20
 
 
 def _copies_out(store: Any) -> bool:
     """Whether ``store.set`` is done with the bytes it is given once it returns (it
     writes them out and keeps no reference): then one buffer per thread can be reused
-    for every shard, which spares a fresh allocation (and its page faults) per shard.
-    Known of zarr-python's LocalStore; other stores get a buffer of their own."""
+    for every shard, which spares a fresh allocation (and its page faults) per shard,
+    at the cost of the buffer staying allocated (at most :data:`SCRATCH_LIMIT`). Known
+    of zarr-python's LocalStore; other stores get a buffer of their own."""
     from zarr.storage import LocalStore
 
     return type(store) is LocalStore
@@ -86,14 +90,14 @@ def shard_buffer(
     from zarr.core.buffer import default_buffer_prototype
 
     proto = default_buffer_prototype()
-    if not _copies_out(store):
+    total = fmt.nbytes + sum(len(c) for c in chunks.values())
+    if not _copies_out(store) or total > SCRATCH_LIMIT:
         blob = assemble_shard(chunks, fmt, order)
         return None if blob is None else proto.buffer.from_bytes(blob)
     if not chunks:
         return None
     table = fmt.empty_table()
     start = fmt.nbytes if fmt.location == "start" else 0
-    total = fmt.nbytes + sum(len(c) for c in chunks.values())
     scratch = getattr(_SCRATCH, "buf", None)
     if scratch is None or len(scratch) < total:
         scratch = _SCRATCH.buf = np.empty(max(total, 1 << 20), dtype=np.uint8)
