@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers
+from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
 
 SHAPE = (256, 1024, 1024)
 INNER = (1, 512, 512)
@@ -262,8 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         for method in METHODS:
             r = rows[name, method]
             s = statistics.median(r["s"])
-            wk = [m.worker_delta for m in r["mem"] if m.worker_delta is not None]
-            wk_text = f"{statistics.median(wk) / MIB:11.0f}" if wk else f"{'-':>11}"
+            wk_text = worker_mib(r["mem"])
             print(
                 f"{name:<10} {method:<20} {s:7.2f} {nbytes / s / 1e9:8.2f} {s / floor:7.2f} "
                 f"{statistics.median(r['bytes']) / MIB:11.0f} {wk_text}"

@@ -50,7 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, two_workers
+from write_throughput import MIB, Memory, memory_probe, two_workers, worker_mib
 
 MONTHS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 SHAPE = (sum(MONTHS), 512, 1440)
@@ -244,8 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         s = statistics.median(r["s"])
         moved = statistics.median(r["moved"])
         cl = statistics.median(m.cluster_delta for m in r["mem"])
-        wk = [m.worker_delta for m in r["mem"] if m.worker_delta is not None]
-        wk_text = f"{statistics.median(wk) / MIB:11.0f}" if wk else f"{'-':>11}"
+        wk_text = worker_mib(r["mem"])
         print(
             f"{source:<10} {method:<26} {s:7.2f} {nbytes / s / 1e9:6.2f} {fl / s:8.2f} "
             f"{moved / MIB:9.1f} {cl / MIB:12.0f} {wk_text}"

@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from migrate import INNER, SHAPE, SHARD, values_of
 from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers
+from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
 
 OTHER_INNER = (4, 256, 256)
 METHODS = {
@@ -180,8 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     for (case, method), r in rows.items():
         s = statistics.median(r["s"])
         cl = statistics.median(m.cluster_delta for m in r["mem"])
-        wk = [m.worker_delta for m in r["mem"] if m.worker_delta is not None]
-        wk_text = f"{statistics.median(wk) / MIB:11.0f}" if wk else f"{'-':>11}"
+        wk_text = worker_mib(r["mem"])
         print(
             f"{case:<10} {method:<18} {s:7.2f} {nbytes / s / 1e9:8.2f} "
             f"{statistics.median(r['bytes']) / MIB:11.0f} {cl / MIB:12.0f} {wk_text}"

@@ -293,6 +293,13 @@ class Memory:
     worker_peak: int | None  # the largest per-worker peak RSS
 
 
+def worker_mib(memory: list[Memory], width: int = 11) -> str:
+    """The median growth of a worker's peak RSS over ``memory`` in MiB, right-aligned
+    in ``width`` columns ("-" where it could not be measured)."""
+    deltas = [m.worker_delta for m in memory if m.worker_delta is not None]
+    return f"{statistics.median(deltas) / MIB:{width}.0f}" if deltas else f"{'-':>{width}}"
+
+
 def two_workers() -> Any:
     """A ``distributed.LocalCluster`` of 2 single-threaded worker processes (no
     dashboard; the scheduler's HTTP server on a free port) and its ``Client``, as one

@@ -26,7 +26,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import ArrayChoiceError, ChecksumError, TruncatedShardError
-from shardwise.catalog import shard_of_key, summary
+from shardwise.catalog import summary
 from shardwise.sources import open_source
 from shardwise.testing import CountingStore
 
@@ -632,14 +632,14 @@ def test_keys_of_every_encoding():
         return open_source(store).arrays["a"]
 
     v3 = info_of()
-    assert shard_of_key(v3, "a/c/1/9") == (1, 9)
-    assert shard_of_key(v3, "a/c/1/10") is None  # past the grid
-    assert shard_of_key(v3, "a/c/1/9.partial") is None
-    assert shard_of_key(v3, "a/c/01/9") is None
-    assert shard_of_key(v3, "a/zarr.json") is None
+    assert v3.coords("a/c/1/9") == (1, 9)
+    assert v3.coords("a/c/1/10") is None  # past the grid
+    assert v3.coords("a/c/1/9.partial") is None
+    assert v3.coords("a/c/01/9") is None
+    assert v3.coords("a/zarr.json") is None
     dotted = info_of(chunk_key_encoding={"name": "default", "separator": "."})
-    assert shard_of_key(dotted, "a/c.2.3") == (2, 3)
-    assert shard_of_key(dotted, "a/c/2/3") is None
+    assert dotted.coords("a/c.2.3") == (2, 3)
+    assert dotted.coords("a/c/2/3") is None
 
 
 # -- property: random patterns --------------------------------------------------------------

@@ -270,6 +270,39 @@ def _naming_bad_metadata(
         raise err from e
 
 
+def _zarr_or_draft(
+    filename_or_obj: Any,
+    *,
+    group: str | None,
+    open_group: str | None,
+    many: bool,
+    depth: int | None,
+    consolidated: bool | None,
+    storage_options: dict[str, Any] | None,
+    zarr_format: int | None,
+) -> tuple[Any, Any]:
+    """xarray's zarr store(s) of ``open_group`` (``many``: of it and every group below)
+    and None; or, where zarr-python refuses the root because it is a store of the 2022
+    draft, None and the draft store. Other errors name the document to blame; an I/O
+    error passes through as it is (no draft is looked for after one)."""
+    try:
+        with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=depth):
+            stores = _open_zarr_stores(
+                filename_or_obj,
+                group=open_group,
+                many=many,
+                consolidated=consolidated,
+                storage_options=storage_options,
+                zarr_format=zarr_format,
+            )
+    except Exception as e:
+        draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
+        if draft is None:
+            raise
+        return None, draft
+    return stores, None
+
+
 def open_backend_dataset(
     filename_or_obj: Any,
     *,
@@ -286,25 +319,21 @@ def open_backend_dataset(
     from xarray.core.utils import close_on_error
 
     options = _read_options(read_options)
-    try:
-        with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1):
-            zarr_store = _open_zarr_stores(
-                filename_or_obj,
-                group=group,
-                many=False,
-                consolidated=consolidated,
-                storage_options=storage_options,
-                zarr_format=zarr_format,
-            )
-    except Exception as e:
-        # zarr-python refuses the 2022 draft's zarr.json: is it one? (not asked after
-        # an I/O error, which passes through as it is)
-        draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
-        if draft is None:
-            raise
-        store: Any = _DraftDataStore(draft, group or "", options)
-    else:
-        store = _ShardwiseDataStore(zarr_store, options)
+    zarr_store, draft = _zarr_or_draft(
+        filename_or_obj,
+        group=group,
+        open_group=group,
+        many=False,
+        depth=1,
+        consolidated=consolidated,
+        storage_options=storage_options,
+        zarr_format=zarr_format,
+    )
+    store: Any = (
+        _ShardwiseDataStore(zarr_store, options)
+        if draft is None
+        else _DraftDataStore(draft, group or "", options)
+    )
     with (
         _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1),
         close_on_error(store),
@@ -409,26 +438,21 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         parent = str(NodePath("/") / NodePath(group)) if group else "/"
         options = _read_options(read_options)
         out: dict[str, Dataset] = {}
-        try:
-            with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
-                zarr_stores = _open_zarr_stores(
-                    filename_or_obj,
-                    group=parent,
-                    many=True,
-                    consolidated=consolidated,
-                    storage_options=storage_options,
-                    zarr_format=zarr_format,
-                )
-        except Exception as e:
-            draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
-            if draft is None:
-                raise
+        zarr_stores, draft = _zarr_or_draft(
+            filename_or_obj,
+            group=group,
+            open_group=parent,
+            many=True,
+            depth=None,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
+        if draft is not None:
             zarr_stores = {
                 str(NodePath("/") / NodePath(g)) if g else "/": g
                 for g in _draft_groups(draft, group or "")
             }
-        else:
-            draft = None
         with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
             for path, zarr_store in zarr_stores.items():
                 store: Any = (

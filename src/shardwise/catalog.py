@@ -53,7 +53,6 @@ __all__ = [
     "inventories",
     "inventory",
     "probe",
-    "shard_of_key",
     "stored",
     "summary",
 ]
@@ -83,20 +82,12 @@ class Stored:
     strays: tuple[str, ...] = ()
 
 
-def shard_of_key(info: ArrayInfo, key: str) -> tuple[int, ...] | None:
-    """The grid coordinates of the shard stored at ``key``, or None when ``key`` is no
-    shard of the array. Works for every chunk key encoding (``c/0/1``, ``c.0.1``, v2's
-    ``0.1`` and ``0/1``, the draft's ``c0/1``): the numbers in the key are read, and the
-    key accepted only when the array names that shard with exactly this key."""
-    return info.coords(key)
-
-
 def stored(info: ArrayInfo, keys: Sequence[str], sizes: Sequence[int] | None = None) -> Stored:
     """Sort the keys listed under an array into its shards and strays (pure)."""
     found: list[tuple[tuple[int, ...], str, int]] = []
     strays: list[str] = []
     for i, key in enumerate(keys):
-        shard = shard_of_key(info, key)
+        shard = info.coords(key)
         if shard is not None:
             found.append((shard, key, -1 if sizes is None else int(sizes[i])))
         elif key.rsplit("/", 1)[-1] not in _DOCUMENTS:
@@ -192,8 +183,9 @@ async def _probe_one(
 ) -> tuple[Sizes | None, int]:
     """(stored bytes per inner chunk, -1 where absent; requests made) of one stored
     shard; None when it disappeared since the listing."""
-    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
     from zarr.core.buffer import default_buffer_prototype
+
+    from shardwise.reader import read_index_region
 
     ones = (1,) * info.ndim
     if info.sharding is None:  # a chunk: its size is all there is to know
@@ -216,23 +208,15 @@ async def _probe_one(
             key=key,
             advice="The shard is truncated; rewrite it from its source.",
         )
-    proto = default_buffer_prototype()
-    requests = 1
+
+    async def get(byte_range: Any) -> memoryview | None:
+        buf = await store.get(key, default_buffer_prototype(), byte_range)
+        return None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+
     async with sem:
-        if fmt.location == "start":
-            buf = await store.get(key, proto, RangeByteRequest(0, fmt.nbytes))
-        else:
-            try:
-                buf = await store.get(key, proto, SuffixByteRequest(fmt.nbytes))
-            except (OSError, ValueError):
-                # some stores refuse a suffix longer than the object: it is small, read it
-                buf = await store.get(key, proto)
-                requests += 1
-    if buf is None:
+        raw, requests = await read_index_region(get, fmt)
+    if raw is None:
         return None, requests
-    raw = memoryview(buf.as_numpy_array()).cast("B")
-    if fmt.location == "end" and len(raw) > fmt.nbytes:
-        raw = raw[-fmt.nbytes :]
     table = fmt.decode(raw, array=info.name, key=key)
     start, stop = fmt.data_bounds(size)
     check_entries(table, data_start=start, data_stop=stop, array=info.name, key=key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from shardwise.errors import (
     TruncatedShardError,
     UnsupportedCodecError,
 )
-from shardwise.index import EMPTY
+from shardwise.index import EMPTY, IndexFormat
 from shardwise.layout import ReadPlan, Sel, ShardRead, out_len
 from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, metadata_key
 from shardwise.storage import (
@@ -428,8 +428,6 @@ class ArrayReader:
     ) -> npt.NDArray[np.uint64] | None:
         """Read, check and cache one shard's index; concurrent loads of one shard in this
         process share one request."""
-        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-
         fmt = decoder.index
         cache_key = (self._token, key)
 
@@ -438,16 +436,7 @@ class ArrayReader:
                 cached = index_cache().get(cache_key)
                 if cached is not None:
                     return cached
-            if fmt.location == "start":
-                raw = await self._get(key, sem, RangeByteRequest(0, fmt.nbytes))
-            else:
-                try:
-                    raw = await self._get(key, sem, SuffixByteRequest(fmt.nbytes))
-                except (OSError, ValueError):
-                    # some stores refuse a suffix longer than the object: read it whole
-                    raw = await self._get(key, sem)
-                    if raw is not None and len(raw) >= fmt.nbytes:
-                        raw = raw[-fmt.nbytes :]
+            raw, _ = await read_index_region(lambda r: self._get(key, sem, r), fmt)
             if raw is None:
                 return None
             table = decoder.decode_index(raw, shard_nbytes=None, key=key)
@@ -456,6 +445,27 @@ class ArrayReader:
             return table
 
         return await IN_FLIGHT.run(cache_key, load)
+
+
+async def read_index_region(
+    get: Callable[[Any], Awaitable[memoryview | None]], fmt: IndexFormat
+) -> tuple[memoryview | None, int]:
+    """The bytes of a shard's index, fetched with ``get(byte_range)`` (the object's
+    bytes, or None when it is absent): one ranged request, the first ``fmt.nbytes``
+    for an index at the start, a suffix for one at the end; for stores that refuse a
+    suffix longer than the object, the whole (small) object, trimmed. Returns the bytes
+    (None for an absent shard) and the requests made."""
+    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+    if fmt.location == "start":
+        return await get(RangeByteRequest(0, fmt.nbytes)), 1
+    try:
+        raw, requests = await get(SuffixByteRequest(fmt.nbytes)), 1
+    except (OSError, ValueError):
+        raw, requests = await get(None), 2
+    if raw is not None and len(raw) > fmt.nbytes:
+        raw = raw[-fmt.nbytes :]
+    return raw, requests
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

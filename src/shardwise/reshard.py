@@ -115,9 +115,6 @@ class _ArrayPlan:
     repack: bool
     resume: bool
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_c_")}
-
 
 def _names(info: ArrayInfo) -> list[str]:
     dims = info.dimension_names
@@ -649,14 +646,18 @@ def _reshard_shard(
         lo = d.shard_start(s)
         region.append((lo, min(lo + d.shard_size(s), d.extent)))
     reader = ArrayReader(plan.src_store, src)
-    whole = src.layout.plan([slice(lo, hi) for lo, hi in region])
     present = set(sources)
-    reads = ReadPlan(
-        whole.out_shape, tuple(r for r in whole.shards if r.shard in present), whole.basic
-    )
+
+    def reads_of(box: list[tuple[int, int]]) -> ReadPlan:
+        """The read plan of ``box``, restricted to the source objects that exist."""
+        full = src.layout.plan([slice(lo, hi) for lo, hi in box])
+        kept = tuple(r for r in full.shards if r.shard in present)
+        return ReadPlan(full.out_shape, kept, full.basic)
+
     chunks: dict[tuple[int, ...], Any] = {}
     if plan.repack:
         read = 0
+        reads = reads_of(region)
         inner = dst.layout.inner_shape(shard)
         first = tuple(lo // c for (lo, _), c in zip(region, inner, strict=True))
         for shard_read, data in zip(reads.shards, reader.fetch_encoded(reads), strict=True):
@@ -673,27 +674,21 @@ def _reshard_shard(
                         tuple(b + i - f for b, i, f in zip(base, c.inner, first, strict=True))
                     ] = raw
                     read += len(raw)
-        written = _put(plan, shard, chunks)
+        written = _put(plan, target, shard, chunks)
         return (int(written > 0), 0, read, written, len(chunks), 0)
     # decoded a slab of inner chunks at a time (along the first dimension): a worker
     # holds one slab's values and the shard's encoded chunks, not the raw shard
     boxes = target.inner_boxes(shard)
     read = 0
+    inner0 = dst.layout.inner_shape(shard)[0]
     for row in range(dst.layout.chunks_per_shard(shard)[0]):
-        slab = [(lo, hi) for lo, hi in region]
-        inner0 = dst.layout.inner_shape(shard)[0]
-        slab[0] = (
-            region[0][0] + row * inner0,
-            min(region[0][0] + (row + 1) * inner0, region[0][1]),
-        )
+        lo0 = region[0][0] + row * inner0
+        slab = [(lo0, min(lo0 + inner0, region[0][1])), *region[1:]]
         if slab[0][0] >= slab[0][1]:
             break
-        part = src.layout.plan([slice(lo, hi) for lo, hi in slab])
-        reads = ReadPlan(
-            part.out_shape, tuple(r for r in part.shards if r.shard in present), part.basic
-        )
+        part = reads_of(slab)
         values = np.full(part.out_shape, src.fill_value, dtype=src.dtype)
-        reader.read_into(reads, values)
+        reader.read_into(part, values)
         read += values.nbytes
         for inner_chunk, box in boxes.items():
             if inner_chunk[0] != row:
@@ -705,23 +700,24 @@ def _reshard_shard(
             if encoded is not None:
                 chunks[inner_chunk] = encoded
         del values
-    written = _put(plan, shard, chunks)
+    written = _put(plan, target, shard, chunks)
     return (int(written > 0), 0, read, written, 0, len(chunks))
 
 
-def _put(plan: _ArrayPlan, shard: tuple[int, ...], chunks: dict[tuple[int, ...], Any]) -> int:
+def _put(
+    plan: _ArrayPlan, target: Any, shard: tuple[int, ...], chunks: dict[tuple[int, ...], Any]
+) -> int:
     """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
     deletes a stale one); returns the bytes written."""
     from zarr.core.sync import sync
 
     from shardwise.codecs import ShardDecoder
-    from shardwise.reader import ArrayReader
     from shardwise.shard import shard_buffer, write_order
 
     key = plan.dst.key(shard)
-    decoder = ArrayReader(plan.dst_store, plan.dst).decoder(shard)
+    decoder = target.decoder(shard)
     assert isinstance(decoder, ShardDecoder)  # the target is always sharded
-    order = write_order(decoder.chunks_per_shard, "morton")
+    order = write_order(decoder.chunks_per_shard, target.order)
     buf = shard_buffer(chunks, decoder.index, order, plan.dst_store)
     if buf is None:
         if plan.resume and sync(plan.dst_store.exists(key)):

@@ -36,6 +36,27 @@ def write_order(chunks_per_shard: tuple[int, ...], order: str = "morton") -> lis
     return [tuple(int(c) for c in coords[:, i]) for i in range(n)]
 
 
+def _placed(
+    chunks: Mapping[tuple[int, ...], bytes | memoryview],
+    fmt: IndexFormat,
+    order: list[tuple[int, ...]],
+) -> tuple[list[tuple[int, bytes | memoryview]], bytes, int]:
+    """Where each stored chunk goes in the shard (``(offset, bytes)`` in ``order``),
+    the encoded index, and where the index goes."""
+    table = fmt.empty_table()
+    offset = fmt.nbytes if fmt.location == "start" else 0
+    placed: list[tuple[int, bytes | memoryview]] = []
+    for inner in order:
+        data = chunks.get(inner)
+        if data is None:
+            continue
+        n = len(data)
+        table[inner] = (offset, n)
+        placed.append((offset, data))
+        offset += n
+    return placed, fmt.encode(table), 0 if fmt.location == "start" else offset
+
+
 def assemble_shard(
     chunks: Mapping[tuple[int, ...], bytes | memoryview],
     fmt: IndexFormat,
@@ -46,18 +67,8 @@ def assemble_shard(
     shard with no chunks (which is not stored)."""
     if not chunks:
         return None
-    table = fmt.empty_table()
-    offset = fmt.nbytes if fmt.location == "start" else 0
-    pieces: list[bytes | memoryview] = []
-    for inner in order:
-        data = chunks.get(inner)
-        if data is None:
-            continue
-        n = len(data)
-        table[inner] = (offset, n)
-        pieces.append(data)
-        offset += n
-    index = fmt.encode(table)
+    placed, index, _ = _placed(chunks, fmt, order)
+    pieces = [data for _, data in placed]
     return b"".join([index, *pieces] if fmt.location == "start" else [*pieces, index])
 
 
@@ -96,21 +107,11 @@ def shard_buffer(
         return None if blob is None else proto.buffer.from_bytes(blob)
     if not chunks:
         return None
-    table = fmt.empty_table()
-    start = fmt.nbytes if fmt.location == "start" else 0
     scratch = getattr(_SCRATCH, "buf", None)
     if scratch is None or len(scratch) < total:
         scratch = _SCRATCH.buf = np.empty(max(total, 1 << 20), dtype=np.uint8)
-    offset = start
-    for inner in order:
-        data = chunks.get(inner)
-        if data is None:
-            continue
-        n = len(data)
-        table[inner] = (offset, n)
-        scratch[offset : offset + n] = np.frombuffer(data, dtype=np.uint8)
-        offset += n
-    index = np.frombuffer(fmt.encode(table), dtype=np.uint8)
-    at = 0 if fmt.location == "start" else offset
-    scratch[at : at + len(index)] = index
+    placed, index, at = _placed(chunks, fmt, order)
+    for offset, data in placed:
+        scratch[offset : offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    scratch[at : at + len(index)] = np.frombuffer(index, dtype=np.uint8)
     return proto.buffer.from_array_like(scratch[:total])
