@@ -284,3 +284,121 @@ def test_shards_per_task_must_be_a_count():
     for bad in (0, -1, 1.5, True, "many"):
         with pytest.raises(ValueError, match="shards_per_task"):
             store_dask_array(da.zeros(10, chunks=5), MemoryStore(), info, shards_per_task=bad)
+
+
+ENCODE_CHAINS = {
+    "zstd": [BytesCodec(), ZstdCodec(level=1)],
+    "zstd checksum": [BytesCodec(), ZstdCodec(level=3, checksum=True)],
+    "zstd negative level": [BytesCodec(), ZstdCodec(level=-2)],
+    "raw": [BytesCodec()],
+    "big-endian raw + crc32c": [BytesCodec(endian="big"), zarr.codecs.Crc32cCodec()],
+    "zstd + crc32c": [BytesCodec(), ZstdCodec(level=1), zarr.codecs.Crc32cCodec()],
+    "transpose + gzip": [
+        zarr.codecs.TransposeCodec(order=(1, 0)),
+        BytesCodec(),
+        zarr.codecs.GzipCodec(level=5),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(ENCODE_CHAINS))
+@pytest.mark.parametrize("values", ["smooth", "random", "fill"])
+def test_encode_into_gives_the_bytes_of_encode(name, values):
+    """ChunkEncoder.encode_into writes into the caller's memory exactly the bytes encode()
+    returns (zstd through libzstd's ZSTD_compress2, the rest through their own step),
+    within its bound, and zarr-python decodes them."""
+    from zarr.core.dtype import Float32
+
+    from shardwise.codecs import ChunkDecoder, ChunkEncoder
+
+    rng = np.random.default_rng(0)
+    arr = {
+        "smooth": np.sin(np.arange(96 * 80, dtype="f4") / 50).reshape(96, 80),
+        "random": rng.standard_normal((96, 80), dtype="f4"),  # incompressible: zstd's bound
+        "fill": np.zeros((96, 80), "f4"),
+    }[values]
+    codecs = ENCODE_CHAINS[name]
+    enc = ChunkEncoder(codecs, (96, 80), Float32(), 0.0)
+    assert enc.bound is not None and enc.bound >= arr.nbytes
+    out = np.full(enc.bound + 16, 0xAB, dtype=np.uint8)
+    n = enc.encode_into(arr, out[: enc.bound])
+    assert bytes(out[:n]) == enc.encode(arr)
+    assert (out[enc.bound :] == 0xAB).all()  # nothing written past the bound
+    decoded = ChunkDecoder(codecs, (96, 80), Float32(), 0.0).decode(bytes(out[:n]))
+    np.testing.assert_array_equal(decoded, arr)
+    # a non-contiguous chunk (a view of a larger array) encodes the same
+    big = np.zeros((96, 160), "f4")
+    big[:, ::2] = arr
+    assert enc.encode_into(big[:, ::2], out) == n and bytes(out[:n]) == enc.encode(arr)
+
+
+def test_chains_without_a_fast_path_have_no_bound():
+    from zarr.core.dtype import Float32
+
+    from shardwise.codecs import ChunkEncoder
+
+    enc = ChunkEncoder([BytesCodec(), zarr.codecs.BloscCodec()], (8,), Float32(), 0.0)
+    assert enc.bound is None
+    with pytest.raises(ValueError, match="no bound"):
+        enc.encode_into(np.zeros(8, "f4"), np.empty(100, np.uint8))
+
+
+@pytest.mark.parametrize("location", ["start", "end"])
+def test_shard_builder_matches_assemble_shard(location, monkeypatch):
+    """ShardBuilder lays out the same object as assemble_shard: in the thread's reused
+    buffer, in memory of its own when that is taken or the shard is too big for it, and
+    growing when the chunks outrun the room it was given."""
+    import shardwise.shard as shard_mod
+    from shardwise.shard import ShardBuilder
+
+    fmt = IndexFormat((2, 3), location=location)
+    order = write_order((2, 3), "morton")
+    rng = np.random.default_rng(1)
+    chunks = {
+        inner: rng.integers(0, 255, int(rng.integers(1, 50)), dtype=np.uint8).tobytes()
+        for inner in order
+        if inner != (1, 1)  # one empty chunk
+    }
+    expected = assemble_shard(chunks, fmt, order)
+    store = LocalStore(".")
+
+    def build(capacity):
+        builder = ShardBuilder(fmt, capacity)
+        for inner in order:
+            if inner in chunks:
+                builder.add(inner, chunks[inner])
+        return builder
+
+    assert build(1000).finish(store).to_bytes() == expected  # the thread's buffer
+    assert build(3).finish(store).to_bytes() == expected  # grows past its room
+    outer = ShardBuilder(fmt, 10)  # holds the thread's buffer: the next gets its own
+    inner_built = build(1000)
+    assert not inner_built._shared and inner_built.finish(store).to_bytes() == expected
+    outer.finish(store)
+    monkeypatch.setattr(shard_mod, "SCRATCH_LIMIT", 64)
+    big = build(1000)
+    assert not big._shared and big.finish(store).to_bytes() == expected
+    monkeypatch.undo()
+    # a store that may keep the buffer gets bytes of its own: building the next shard
+    # in the same thread does not change what it was given
+    kept = build(1000).finish(MemoryStore())
+    build(1000).finish(store)
+    scratch = shard_mod._SCRATCH.buf
+    scratch[:] = 0
+    assert kept.to_bytes() == expected
+    assert ShardBuilder(fmt, 10).finish(store) is None  # no chunk: nothing to store
+    # a builder abandoned by an error does not keep the buffer from the next
+    failed = ShardBuilder(fmt, 10)
+    assert failed._shared
+    del failed
+    assert build(1000)._shared
+
+
+def test_unsharded_builder_holds_one_chunk():
+    from shardwise.shard import ShardBuilder
+
+    builder = ShardBuilder(None, 8)
+    builder.add((0, 0), b"abc")
+    with pytest.raises(ValueError, match="one chunk"):
+        builder.add((0, 0), b"d")
+    assert builder.finish(MemoryStore()).to_bytes() == b"abc"

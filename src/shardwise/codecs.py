@@ -22,6 +22,7 @@ from shardwise.errors import (
     ShardwiseError,
     TruncatedShardError,
     UnsupportedCodecError,
+    WriteError,
 )
 from shardwise.index import EMPTY, IndexFormat, check_entries, crc32c
 
@@ -537,12 +538,25 @@ def is_fill(arr: npt.NDArray[Any], fill_value: Any) -> bool:
     return bool(np.all(arr == fill))
 
 
+def _zstd_cffi() -> tuple[Any, Any] | None:
+    """python-zstandard's cffi binding of libzstd (``ffi``, ``lib``), which compresses
+    into memory the caller gives; None where it cannot load (no ``cffi``)."""
+    try:
+        from zstandard import backend_cffi
+    except ImportError:  # pragma: no cover - cffi is a dependency
+        return None
+    return backend_cffi.ffi, backend_cffi.lib
+
+
 class _ZstdEncode:
-    """zstd compression through python-zstandard, with one compression context per
-    thread reused from chunk to chunk. (numcodecs creates a context for every chunk: in
-    dask workers, whose allocator returns freed memory to the system at once, that made
-    compressing 64 KiB chunks about 1.6x slower; see docs/benchmarks.md.) The frames
-    record the content size, as numcodecs' do, so every zstd decoder reads them."""
+    """zstd compression with one compression context per thread reused from chunk to
+    chunk. (numcodecs creates a context for every chunk: in dask workers, whose
+    allocator returns freed memory to the system at once, that made compressing 64 KiB
+    chunks about 1.6x slower; see docs/benchmarks.md.) :meth:`encode_into` compresses
+    straight into the caller's memory through libzstd's ``ZSTD_compress2`` (python-
+    zstandard's cffi binding), so no output is allocated per chunk. The frames record the
+    content size, as numcodecs' do, so every zstd decoder reads them; both methods give
+    the same bytes."""
 
     def __init__(self, level: int, checksum: bool) -> None:
         self.level = level
@@ -565,6 +579,47 @@ class _ZstdEncode:
             )
             self._local.cctx = cctx
         return bytes(cctx.compress(data))
+
+    @staticmethod
+    def bound(nbytes: int) -> int:
+        """The most bytes a frame of ``nbytes`` can take (``ZSTD_compressBound``)."""
+        extra = ((128 << 10) - nbytes) >> 11 if nbytes < (128 << 10) else 0
+        return nbytes + (nbytes >> 8) + extra
+
+    def encode_into(self, data: Any, out: npt.NDArray[np.uint8]) -> int:
+        """Compress ``data`` (C-contiguous) into ``out`` (at least :meth:`bound` bytes);
+        returns the frame's size."""
+        binding = _zstd_cffi()
+        if binding is None:  # pragma: no cover - cffi is a dependency
+            frame = self.encode(data)
+            out[: len(frame)] = np.frombuffer(frame, dtype=np.uint8)
+            return len(frame)
+        ffi, lib = binding
+        raw = getattr(self._local, "raw", None)
+        if raw is None:
+            raw = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)
+            for param, value in (
+                (lib.ZSTD_c_compressionLevel, self.level),
+                (lib.ZSTD_c_checksumFlag, int(self.checksum)),
+                (lib.ZSTD_c_contentSizeFlag, 1),
+            ):
+                _zstd_check(lib, ffi, lib.ZSTD_CCtx_setParameter(raw, param, value))
+            self._local.raw = raw
+        src = ffi.from_buffer(data)
+        n = lib.ZSTD_compress2(
+            raw, ffi.from_buffer(out, require_writable=True), out.size, src, len(src)
+        )
+        _zstd_check(lib, ffi, n)
+        return int(n)
+
+
+def _zstd_check(lib: Any, ffi: Any, code: int) -> None:
+    if lib.ZSTD_isError(code):
+        raise WriteError(
+            "zstd compression failed",
+            found=ffi.string(lib.ZSTD_getErrorName(code)).decode(),
+            advice="Report this with the codec's configuration.",
+        )
 
 
 class ChunkEncoder(_ChunkCodec):
@@ -606,26 +661,77 @@ class ChunkEncoder(_ChunkCodec):
             return None
         return orders, stored, compress
 
-    def encode(self, arr: npt.NDArray[Any]) -> bytes:
+    def _serialized(self, arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The chunk transposed and in its stored byte order, C-contiguous (gathered into
+        a reused buffer when it is not so already: the compressors copy what they keep)."""
         if arr.shape != self.shape:
             raise ValueError(f"chunk has shape {arr.shape}, expected {self.shape}")
-        if self._fast is None:
-            return self._zarr_encode(arr)
-        orders, stored, compress = self._fast
+        assert self._fast is not None
+        orders, stored, _ = self._fast
         for order in orders:
             arr = arr.transpose(order)
-        data: Any = arr
         if not (arr.flags.c_contiguous and arr.dtype == stored):
-            # gather into a reused buffer: compressors and the crc copy what they keep
             data = _scratch(arr.size * stored.itemsize, "encode").view(stored).reshape(arr.shape)
             np.copyto(data, arr, casting="unsafe")
-        for codec in compress:
-            if codec is None:
-                view = memoryview(data).cast("B")
-                data = bytes(view) + crc32c(view).to_bytes(4, "little")
-            else:
-                data = codec.encode(data)
+            return data
+        return arr
+
+    @staticmethod
+    def _stage(codec: Any, data: Any) -> Any:
+        if codec is None:  # the crc32c checksum
+            view = memoryview(data).cast("B")
+            return bytes(view) + crc32c(view).to_bytes(4, "little")
+        return codec.encode(data)
+
+    def encode(self, arr: npt.NDArray[Any]) -> bytes:
+        if self._fast is None:
+            if arr.shape != self.shape:
+                raise ValueError(f"chunk has shape {arr.shape}, expected {self.shape}")
+            return self._zarr_encode(arr)
+        data: Any = self._serialized(arr)
+        for codec in self._fast[2]:
+            data = self._stage(codec, data)
         return bytes(memoryview(data).cast("B")) if not isinstance(data, bytes) else data
+
+    @property
+    def bound(self) -> int | None:
+        """The most bytes one encoded chunk can take, for :meth:`encode_into`; None for
+        chains encoded through zarr-python (write those with :meth:`encode`)."""
+        if self._fast is None:
+            return None
+        n = math.prod(self.shape) * self._fast[1].itemsize
+        for codec in self._fast[2]:
+            if codec is None:
+                n += 4
+            elif isinstance(codec, _ZstdEncode):
+                n = codec.bound(n)
+            else:  # gzip: zlib's deflateBound, and room for the gzip header and trailer
+                n += (n >> 12) + (n >> 14) + (n >> 25) + 64
+        return n
+
+    def encode_into(self, arr: npt.NDArray[Any], out: npt.NDArray[np.uint8]) -> int:
+        """Encode one chunk into ``out`` (uint8, at least :attr:`bound` long); returns the
+        encoded size. The last step writes straight into ``out`` where it can (zstd, a
+        chain without compressor), so no memory is allocated for the chunk."""
+        if self._fast is None:
+            raise ValueError("this codec chain has no bound: use encode()")
+        data: Any = self._serialized(arr)
+        *steps, last = [*self._fast[2]] or [False]
+        for codec in steps:
+            data = self._stage(codec, data)
+        if last is False or last is None:  # no compressor, or a checksum last
+            view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+            out[: view.size] = view
+            n = view.size
+            if last is None:
+                out[n : n + 4] = np.frombuffer(crc32c(view).to_bytes(4, "little"), np.uint8)
+                n += 4
+            return n
+        if isinstance(last, _ZstdEncode) and isinstance(data, np.ndarray):
+            return last.encode_into(data, out)
+        frame = np.frombuffer(self._stage(last, data), dtype=np.uint8)
+        out[: frame.size] = frame
+        return int(frame.size)
 
     def _zarr_encode(self, arr: npt.NDArray[Any]) -> bytes:
         from zarr.core.sync import sync

@@ -248,7 +248,7 @@ def _migrate_shard(
     from shardwise.codecs import ShardDecoder
     from shardwise.metadata import ArrayInfo
     from shardwise.reader import ArrayReader
-    from shardwise.shard import shard_buffer, write_order
+    from shardwise.shard import build_shard, write_order
 
     proto = default_buffer_prototype()
     new_info = ArrayInfo.from_metadata(target, where)
@@ -282,7 +282,7 @@ def _migrate_shard(
             )
         chunks[tuple(inner)] = raw
     order = write_order(new_decoder.chunks_per_shard, "C")
-    new_shard = shard_buffer(chunks, new_decoder.index, order, dst_store)
+    new_shard = build_shard(chunks, new_decoder.index, order, dst_store)
     if new_shard is not None:
         sync(dst_store.set(new_key, new_shard))
 

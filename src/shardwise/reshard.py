@@ -712,13 +712,13 @@ def _put(
     from zarr.core.sync import sync
 
     from shardwise.codecs import ShardDecoder
-    from shardwise.shard import shard_buffer, write_order
+    from shardwise.shard import build_shard, write_order
 
     key = plan.dst.key(shard)
     decoder = target.decoder(shard)
     assert isinstance(decoder, ShardDecoder)  # the target is always sharded
     order = write_order(decoder.chunks_per_shard, target.order)
-    buf = shard_buffer(chunks, decoder.index, order, plan.dst_store)
+    buf = build_shard(chunks, decoder.index, order, plan.dst_store)
     if buf is None:
         if plan.resume and sync(plan.dst_store.exists(key)):
             sync(plan.dst_store.delete(key))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from shardwise.index import IndexFormat
 
-__all__ = ["WRITE_ORDERS", "assemble_shard", "shard_buffer", "write_order"]
+__all__ = ["WRITE_ORDERS", "ShardBuilder", "assemble_shard", "build_shard", "write_order"]
 
 WRITE_ORDERS = ("morton", "C")
 
@@ -36,27 +38,6 @@ def write_order(chunks_per_shard: tuple[int, ...], order: str = "morton") -> lis
     return [tuple(int(c) for c in coords[:, i]) for i in range(n)]
 
 
-def _placed(
-    chunks: Mapping[tuple[int, ...], bytes | memoryview],
-    fmt: IndexFormat,
-    order: list[tuple[int, ...]],
-) -> tuple[list[tuple[int, bytes | memoryview]], bytes, int]:
-    """Where each stored chunk goes in the shard (``(offset, bytes)`` in ``order``),
-    the encoded index, and where the index goes."""
-    table = fmt.empty_table()
-    offset = fmt.nbytes if fmt.location == "start" else 0
-    placed: list[tuple[int, bytes | memoryview]] = []
-    for inner in order:
-        data = chunks.get(inner)
-        if data is None:
-            continue
-        n = len(data)
-        table[inner] = (offset, n)
-        placed.append((offset, data))
-        offset += n
-    return placed, fmt.encode(table), 0 if fmt.location == "start" else offset
-
-
 def assemble_shard(
     chunks: Mapping[tuple[int, ...], bytes | memoryview],
     fmt: IndexFormat,
@@ -64,54 +45,147 @@ def assemble_shard(
 ) -> bytes | None:
     """Lay out the encoded inner chunks in ``order`` with the index where ``fmt`` says;
     chunks absent from ``chunks`` are empty (index entry ``2**64-1``). Returns None for a
-    shard with no chunks (which is not stored)."""
+    shard with no chunks (which is not stored). (The writers build shards in place with
+    :class:`ShardBuilder`; this is the plain form, for tests and small tools.)"""
     if not chunks:
         return None
-    placed, index, _ = _placed(chunks, fmt, order)
-    pieces = [data for _, data in placed]
+    table = fmt.empty_table()
+    offset = fmt.nbytes if fmt.location == "start" else 0
+    pieces: list[bytes | memoryview] = []
+    for inner in order:
+        data = chunks.get(inner)
+        if data is None:
+            continue
+        table[inner] = (offset, len(data))
+        pieces.append(data)
+        offset += len(data)
+    index = fmt.encode(table)
     return b"".join([index, *pieces] if fmt.location == "start" else [*pieces, index])
 
 
 _SCRATCH = threading.local()
-# shards up to this size are assembled in the reused buffer; the buffer stays allocated
-# (one per thread that assembled a shard), so larger shards get memory of their own
+# shards up to this size are built in the thread's reused buffer; the buffer stays
+# allocated (one per thread that built a shard), so larger shards get memory of their own
 SCRATCH_LIMIT = 256 * 2**20
 
 
 def _copies_out(store: Any) -> bool:
     """Whether ``store.set`` is done with the bytes it is given once it returns (it
-    writes them out and keeps no reference): then one buffer per thread can be reused
-    for every shard, which spares a fresh allocation (and its page faults) per shard,
-    at the cost of the buffer staying allocated (at most :data:`SCRATCH_LIMIT`). Known
-    of zarr-python's LocalStore; other stores get a buffer of their own."""
+    writes them out and keeps no reference): then the shard is handed over in the
+    thread's reused buffer, without a copy. Known of zarr-python's LocalStore; other
+    stores get a copy of their own."""
     from zarr.storage import LocalStore
 
     return type(store) is LocalStore
 
 
-def shard_buffer(
-    chunks: Mapping[tuple[int, ...], bytes | memoryview],
-    fmt: IndexFormat,
+class ShardBuilder:
+    """One shard object built in place: its inner chunks encoded (or copied, when they
+    are encoded already) one after another into one buffer, in the order they are added,
+    and the index where the format puts it.
+
+    The buffer is the thread's own, reused from shard to shard (up to
+    :data:`SCRATCH_LIMIT`): no fresh allocation per shard or per chunk, and so none of
+    the page faults of touching new memory, which in dask workers (whose allocator
+    returns freed memory to the system at once) are paid on every allocation. Encoders
+    that know a bound on their output write straight into it
+    (:meth:`shardwise.codecs.ChunkEncoder.encode_into`).
+
+    ``fmt=None`` builds an unsharded chunk: one chunk, no index.
+    """
+
+    def __init__(self, fmt: IndexFormat | None, capacity: int) -> None:
+        self.fmt = fmt
+        self._table = fmt.empty_table() if fmt is not None else None
+        self._head = fmt.nbytes if fmt is not None and fmt.location == "start" else 0
+        self._tail = fmt.nbytes if fmt is not None and fmt.location == "end" else 0
+        self.offset = self._head
+        self.count = 0
+        self._buf = self._take(self._head + capacity + self._tail)
+
+    def _take(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """The thread's buffer when free and allowed, else memory of this shard's own."""
+        owner = getattr(_SCRATCH, "owner", None)
+        holder = owner() if owner is not None else None  # a builder that failed is gone
+        self._shared = nbytes <= SCRATCH_LIMIT and not (holder is not None and holder._shared)
+        if not self._shared:
+            return np.empty(nbytes, dtype=np.uint8)
+        buf: npt.NDArray[np.uint8] | None = getattr(_SCRATCH, "buf", None)
+        if buf is None or buf.size < nbytes:
+            _SCRATCH.buf = None  # let the old one go before the new one is made
+            buf = _SCRATCH.buf = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
+        _SCRATCH.owner = weakref.ref(self)
+        return buf
+
+    def _release(self) -> None:
+        self._shared = False
+
+    def _room(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """Writable space for ``nbytes`` more bytes (growing the buffer if need be)."""
+        need = self.offset + nbytes + self._tail
+        if need > self._buf.size:
+            grown = np.empty(max(need, 2 * self._buf.size), dtype=np.uint8)
+            grown[: self.offset] = self._buf[: self.offset]
+            self._release()
+            self._buf = grown
+        return self._buf[self.offset : self.offset + nbytes]
+
+    def _record(self, inner: tuple[int, ...], nbytes: int) -> None:
+        if self._table is not None:
+            self._table[inner] = (self.offset, nbytes)
+        elif self.count:
+            raise ValueError("an unsharded chunk holds one chunk")
+        self.offset += nbytes
+        self.count += 1
+
+    def add(self, inner: tuple[int, ...], data: Any) -> None:
+        """Copy one inner chunk's encoded bytes in."""
+        view = np.frombuffer(data, dtype=np.uint8)
+        self._room(view.size)[:] = view
+        self._record(inner, view.size)
+
+    def encode(self, inner: tuple[int, ...], arr: npt.NDArray[Any], encoder: Any) -> None:
+        """Encode one inner chunk straight into the shard (through bytes of its own when
+        the encoder knows no bound on its output)."""
+        bound = encoder.bound
+        if bound is None:
+            self.add(inner, encoder.encode(arr))
+            return
+        self._record(inner, encoder.encode_into(arr, self._room(bound)))
+
+    def finish(self, store: Any) -> Any:
+        """The shard as a zarr-python ``Buffer`` for ``store.set`` (None when no chunk was
+        added: an empty shard is not stored). Where the store copies the bytes out, the
+        buffer is the builder's memory, valid until the thread builds its next shard."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        try:
+            if not self.count:
+                return None
+            if self.fmt is not None and self._table is not None:
+                index = np.frombuffer(self.fmt.encode(self._table), dtype=np.uint8)
+                at = 0 if self.fmt.location == "start" else self.offset
+                self._buf[at : at + index.size] = index
+            blob = self._buf[: self.offset + self._tail]
+            proto = default_buffer_prototype()
+            if not _copies_out(store):  # the store may keep it: bytes of its own
+                return proto.buffer.from_bytes(blob.tobytes())
+            return proto.buffer.from_array_like(blob)
+        finally:
+            self._release()
+
+
+def build_shard(
+    chunks: Mapping[tuple[int, ...], Any],
+    fmt: IndexFormat | None,
     order: list[tuple[int, ...]],
     store: Any,
 ) -> Any:
-    """:func:`assemble_shard` as a zarr-python ``Buffer`` to give ``store.set`` (in
-    this thread's reused scratch memory where the store allows it); None for a shard
-    with no chunks."""
-    from zarr.core.buffer import default_buffer_prototype
-
-    proto = default_buffer_prototype()
-    total = fmt.nbytes + sum(len(c) for c in chunks.values())
-    if not _copies_out(store) or total > SCRATCH_LIMIT:
-        blob = assemble_shard(chunks, fmt, order)
-        return None if blob is None else proto.buffer.from_bytes(blob)
-    if not chunks:
-        return None
-    scratch = getattr(_SCRATCH, "buf", None)
-    if scratch is None or len(scratch) < total:
-        scratch = _SCRATCH.buf = np.empty(max(total, 1 << 20), dtype=np.uint8)
-    placed, index, at = _placed(chunks, fmt, order)
-    for offset, data in placed:
-        scratch[offset : offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
-    scratch[at : at + len(index)] = np.frombuffer(index, dtype=np.uint8)
-    return proto.buffer.from_array_like(scratch[:total])
+    """The shard of these encoded inner chunks, laid out in ``order``, as a Buffer for
+    ``store.set`` (see :meth:`ShardBuilder.finish`); None for a shard with no chunks."""
+    builder = ShardBuilder(fmt, sum(len(c) for c in chunks.values()))
+    for inner in order:
+        data = chunks.get(inner)
+        if data is not None:
+            builder.add(inner, data)
+    return builder.finish(store)

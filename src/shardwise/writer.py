@@ -54,7 +54,7 @@ from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
 from shardwise.reader import ArrayReader
-from shardwise.shard import WRITE_ORDERS, assemble_shard, write_order
+from shardwise.shard import WRITE_ORDERS, ShardBuilder, write_order
 from shardwise.storage import store_token
 
 if TYPE_CHECKING:
@@ -433,30 +433,79 @@ class _Target:
         chunk = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
         return np.array(chunk.decode(data, key=key, chunk=inner), copy=True)
 
-    def assemble(self, shard: Shard, chunks: dict[Any, Any]) -> bytes | None:
-        """The object to store for a shard from its encoded inner chunks; None when
-        there are none."""
+    def builder(self, shard: Shard, nchunks: int | None = None) -> ShardBuilder:
+        """A builder for one shard object (room for ``nchunks`` encoded inner chunks,
+        all of them by default; it grows if need be)."""
+        decoder = self.decoder(shard)
+        fmt = decoder.index if isinstance(decoder, ShardDecoder) else None
+        encoder = self.encoder(self.info.layout.inner_shape(shard))
+        per = encoder.bound or math.prod(encoder.shape) * encoder.dtype.itemsize
+        if nchunks is None:
+            nchunks = len(self.write_order(shard))
+        return ShardBuilder(fmt, per * nchunks)
+
+    def write_order(self, shard: Shard) -> list[tuple[int, ...]]:
+        """The order of a shard's inner chunks in its object."""
         decoder = self.decoder(shard)
         if not isinstance(decoder, ShardDecoder):
-            data = chunks.get((0,) * self.info.ndim)
-            return None if data is None else bytes(data)
-        order = write_order(decoder.chunks_per_shard, self.order)
-        return assemble_shard(chunks, decoder.index, order)
+            return [(0,) * self.info.ndim]
+        key = ("order", decoder.chunks_per_shard)
+        if key not in self._cache:
+            self._cache[key] = write_order(decoder.chunks_per_shard, self.order)
+        order: list[tuple[int, ...]] = self._cache[key]
+        return order
 
-    def put(self, shard: Shard, blob: bytes | None, *, existed: bool | None) -> None:
-        """Store one shard with a single put, or delete it when it has no data left
-        (``existed=False`` says the shard is known not to exist)."""
+    def add_chunk(
+        self, builder: ShardBuilder, shard: Shard, inner: tuple[int, ...], chunk: npt.NDArray[Any]
+    ) -> None:
+        """Encode a full-size inner chunk into the shard, unless it is all fill value and
+        empty chunks are left out."""
+        if self.write_empty_chunks or not is_fill(chunk, self.info.fill_value):
+            builder.encode(inner, chunk, self.encoder(self.info.layout.inner_shape(shard)))
+
+    def put(self, shard: Shard, buffer: Any, *, existed: bool | None) -> None:
+        """Store one shard with a single put (``buffer``, a zarr-python Buffer), or
+        delete it when it has no data left (``buffer`` None; ``existed=False`` says the
+        shard is known not to exist). Stores with zarr-python's synchronous methods
+        (local files, memory) are called on this thread, without a hop to zarr's event
+        loop."""
+        from zarr.core.sync import sync
+
+        key = self.info.key(shard)
+        store = self.store
+        direct = _sync_methods(store)
+        if buffer is None:
+            if self.fresh:
+                return
+            if existed or (existed is None and sync(store.exists(key))):
+                if direct:
+                    store.delete_sync(key)
+                else:
+                    sync(store.delete(key))
+            return
+        if direct:
+            store.set_sync(key, buffer)
+        else:
+            sync(store.set(key, buffer))
+
+    def fetch(self, shard: Shard) -> Any:
+        """An existing shard object's bytes (None when there is none)."""
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
         key = self.info.key(shard)
-        if blob is None:
-            if self.fresh:
-                return
-            if existed or (existed is None and sync(self.store.exists(key))):
-                sync(self.store.delete(key))
-            return
-        sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
+        if _sync_methods(self.store):
+            return self.store.get_sync(key, prototype=default_buffer_prototype())
+        return sync(self.store.get(key, default_buffer_prototype()))
+
+
+def _sync_methods(store: Any) -> bool:
+    """Whether to call the store's synchronous get/set/delete (zarr >= 3.4): only for
+    zarr-python's own local and memory stores. (A wrapper store inherits synchronous
+    methods that go straight to the store it wraps, past its own ``get``/``set``.)"""
+    from zarr.storage import LocalStore, MemoryStore
+
+    return type(store) in (LocalStore, MemoryStore) and callable(getattr(store, "set_sync", None))
 
 
 # a block's contribution to one shard: inner chunk -> encoded bytes (None: empty), and
@@ -497,10 +546,16 @@ def _encode_block(
     whole, gathered = split_block(target.info.layout, box)
     block = np.asarray(block, dtype=target.info.dtype)
     for shard in whole:
-        encoded, pieces = _contribution(block, box, shard, target)
-        assert not pieces  # the block holds every inner chunk of the shard
-        chunks = {k: v for k, v in encoded.items() if v is not None}
-        target.put(shard, target.assemble(shard, chunks), existed=None)
+        # the block holds every inner chunk of the shard: encode them straight into it
+        boxes = target.inner_boxes(shard)
+        builder = target.builder(shard)
+        for inner in target.write_order(shard):
+            take = tuple(
+                slice(lo - blo, hi - blo)
+                for (lo, hi), (blo, _) in zip(boxes[inner], box, strict=True)
+            )
+            target.add_chunk(builder, shard, inner, target.padded(shard, block[take]))
+        target.put(shard, builder.finish(target.store), existed=None)
     return {shard: _contribution(block, box, shard, target) for shard in gathered}
 
 
@@ -529,9 +584,6 @@ def _write_shard(
     shard: Shard, covered: bool, target: _Target, *blocks: dict[Shard, Contribution]
 ) -> None:
     """Assemble and store one shard from the parts of the blocks touching it."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
     info = target.info
     region = target.region
     key = info.key(shard)
@@ -546,12 +598,13 @@ def _write_shard(
     existing: dict[tuple[int, ...], Any] = {}
     existed: bool | None = None
     if not covered and not target.fresh:
-        old = sync(target.store.get(key, default_buffer_prototype()))
+        old = target.fetch(shard)
         existed = old is not None
         if old is not None:
             existing = target.stored_chunks(shard, old.as_numpy_array(), key)
 
     boxes = target.inner_boxes(shard)
+    merged: dict[tuple[int, ...], npt.NDArray[Any]] = {}
     for inner, inner_pieces in pieces.items():
         ibox = boxes[inner]
         if _inside(ibox, region) or inner not in existing:
@@ -560,17 +613,24 @@ def _write_shard(
             base = target.decode_chunk(shard, existing[inner], key, inner)
         for where, data in inner_pieces:
             base[where] = data
-        chunks[inner] = target.encode(shard, base)
+        merged[inner] = base
 
-    final: dict[tuple[int, ...], bytes | memoryview] = {}
-    for inner, ibox in boxes.items():
+    # in the write order: chunks the blocks encoded, chunks merged here (encoded straight
+    # into the shard), and existing chunks the write does not touch (kept as bytes)
+    kept = [i for i in existing if i not in chunks and i not in merged]
+    builder = target.builder(
+        shard, sum(v is not None for v in chunks.values()) + len(merged) + len(kept)
+    )
+    for inner in target.write_order(shard):
         if inner in chunks:
             encoded_chunk = chunks[inner]
             if encoded_chunk is not None:
-                final[inner] = encoded_chunk
-        elif inner in existing and _intersect(ibox, region) is None:
-            final[inner] = existing[inner]  # untouched: kept as bytes
-    target.put(shard, target.assemble(shard, final), existed=existed)
+                builder.add(inner, encoded_chunk)
+        elif inner in merged:
+            target.add_chunk(builder, shard, inner, merged[inner])
+        elif inner in existing and _intersect(boxes[inner], region) is None:
+            builder.add(inner, existing[inner])  # untouched: kept as bytes
+    target.put(shard, builder.finish(target.store), existed=existed)
 
 
 def _done(*_: Any) -> None:
