@@ -32,7 +32,11 @@ input with zarr-python once per source; every output's layout is checked. The by
 moved by the shards='dask' write are the results of its tasks (None) gathered by the
 tree of tasks that waits for them: no array data.
 
-    .venv/bin/python benchmarks/rectilinear.py [--repeats 3]
+``--data-dir /dev/shm/...`` writes the stores to memory (tmpfs) instead of
+``benchmarks/data/``: this machine's disk swings write times by a second from run to
+run.
+
+    .venv/bin/python benchmarks/rectilinear.py [--repeats 3] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -175,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument(
+        "--data-dir", type=Path, default=DATA_DIR, help="where the stores are written"
+    )
     args = parser.parse_args(argv)
 
     import dask
@@ -191,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
         f"codec floor: {statistics.median(floor):.2f} s (runs {', '.join(f'{t:.2f}' for t in floor)})"
     )
 
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"stores in {args.data_dir}")
     rows: dict[tuple[str, str], dict[str, list[Any]]] = {
         (src, m): {"s": [], "moved": [], "mem": []} for src in SOURCES for m in METHODS
     }
@@ -208,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             for rnd in range(args.repeats + 1):
                 line = []
                 for method in METHODS:
-                    path = DATA_DIR / f"rectilinear-{METHODS.index(method)}.zarr"
+                    path = args.data_dir / f"rectilinear-{METHODS.index(method)}.zarr"
                     shutil.rmtree(path, ignore_errors=True)
                     client.run(_transfer_reset)
                     memory: list[Memory] = []
