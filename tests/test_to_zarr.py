@@ -545,3 +545,98 @@ def test_aligned_chunks_break_at_the_grid():
     assert _aligned(20, 95, 10) == (5, 10, 5)
     assert _aligned(30, 0, 10) == (10, 10, 10)
     assert _aligned(3, 4, 10) == (3,)
+
+
+@pytest.mark.parametrize("split", [4, 3])
+def test_encode_split_cuts_a_shard_into_tasks(tmp_path, split):
+    """encode_split=N on one shard from one dask chunk: N encode tasks, each a slice of
+    the block at inner chunk boundaries, and one shard task that makes the one put;
+    the store reads back equal, shard for shard the bytes of an unsplit write."""
+    ds = table(nt=200, chunks=200)
+    store = CountingStore(LocalStore(tmp_path / "s.zarr"))
+    kwargs = {"shards": {"time": 200}, "chunks": {"time": 25}, "consolidated": False}
+    delayed = shardwise.to_zarr(ds, store, compute=False, encode_split=split, **kwargs)
+    keys = graph_keys(delayed)
+    assert sum(k.startswith("shardwise-part-") for k in keys) == split
+    assert sum(k.startswith("shardwise-encode-") for k in keys) == split
+    assert sum(k.startswith("shardwise-shard-") for k in keys) == 1
+    delayed.compute()
+    assert store.log.per_key("set")["v/c/0/0"] == 1
+    xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
+    shardwise.to_zarr(ds, tmp_path / "one.zarr", encode_split=1, **kwargs)
+    assert (tmp_path / "s.zarr/v/c/0/0").read_bytes() == (
+        tmp_path / "one.zarr/v/c/0/0"
+    ).read_bytes()
+
+
+def test_encode_split_auto_and_refusals(tmp_path):
+    """ "auto" splits only shards fewer than the threads and large enough (8 MiB a
+    part); bad values are refused before anything is written."""
+    from shardwise.writer import encode_split_chunks
+
+    big = ArrayInfo.from_metadata(
+        zarr.create_array(
+            MemoryStore(), shape=(8192, 1024), chunks=(512, 1024), shards=(8192, 1024), dtype="f4"
+        ).metadata
+    ).layout  # one 32 MiB shard of 16 inner chunks
+    one_block = ((8192,), (1024,))
+    with dask.config.set(scheduler="threads", num_workers=2):
+        # 2 threads, 1 shard: two parts per thread, of 8 MiB each
+        assert encode_split_chunks(one_block, big, None, "auto") == ((2048,) * 4, (1024,))
+    with dask.config.set(scheduler="threads", num_workers=16):  # at most 32 MiB / 8 MiB
+        assert encode_split_chunks(one_block, big, None, "auto") == ((2048,) * 4, (1024,))
+    with dask.config.set(scheduler="synchronous"):
+        assert encode_split_chunks(one_block, big, None, "auto") is None
+    with dask.config.set({"shardwise.encode-split": 2}):
+        assert encode_split_chunks(one_block, big, None, None) == ((4096, 4096), (1024,))
+    small = table(nt=200, chunks=200)  # 40 KB: never split by "auto"
+    delayed = shardwise.to_zarr(
+        small, tmp_path / "a.zarr", shards={"time": 200}, compute=False, consolidated=False
+    )
+    assert not any(k.startswith("shardwise-part-") for k in graph_keys(delayed))
+    for bad in (0, -1, "some", 2.5, True):
+        with pytest.raises(WriteError, match="encode_split"):
+            shardwise.to_zarr(small, tmp_path / "b.zarr", shards={"time": 200}, encode_split=bad)
+    assert not (tmp_path / "b.zarr").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    shard=st.integers(2, 40),
+    inner_per=st.integers(1, 6),
+    parts=st.integers(1, 9),
+)
+def test_encode_split_cuts_only_at_inner_boundaries(data, shard, inner_per, parts):
+    """Any chunking: the split refines the dask chunks, and every new edge inside a
+    dask chunk is an inner chunk boundary."""
+    from shardwise.writer import encode_split_chunks
+
+    inner = max(1, shard // inner_per)
+    shard = inner * max(1, shard // inner)
+    n = data.draw(st.integers(1, 200))
+    sizes = data.draw(st.lists(st.integers(1, 60), min_size=1, max_size=8))
+    chunks = []
+    left = n
+    for s in sizes:
+        if left <= 0:
+            break
+        chunks.append(min(s, left))
+        left -= s
+    if left > 0:
+        chunks.append(left)
+    layout = ArrayInfo.from_metadata(
+        zarr.create_array(
+            MemoryStore(), shape=(n,), chunks=(inner,), shards=(shard,), dtype="u1"
+        ).metadata
+    ).layout
+    cut = encode_split_chunks((tuple(chunks),), layout, None, parts)
+    if cut is None:
+        return
+    (new,) = cut
+    assert sum(new) == n and all(c > 0 for c in new)
+    old_edges = set(np.cumsum(chunks).tolist())
+    new_edges = set(np.cumsum(new).tolist())
+    assert old_edges <= new_edges
+    for e in new_edges - old_edges:
+        assert e % inner == 0

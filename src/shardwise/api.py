@@ -583,6 +583,7 @@ def to_zarr(
     chunks: SizeSpec = None,
     write_order: str = "morton",
     shards_per_task: int | Literal["auto"] | None = None,
+    encode_split: int | Literal["auto"] | None = None,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
     does, with exactly one dask task writing each shard.
@@ -616,6 +617,13 @@ def to_zarr(
         neighbouring dask chunks (never splitting one) that hold fewer; ``"auto"``
         groups toward dask's ``array.chunk-size`` of data per task. ``None`` (default):
         one task per dask chunk, fused with the tasks that make the chunk.
+    encode_split
+        For few large shards: split the encoding of each shard into about this many
+        tasks (cutting dask chunks at inner chunk boundaries; one task per shard still
+        makes the single put), so that every thread of the cluster works on them.
+        ``"auto"``: only when the shards written are fewer than the threads, into about
+        threads / shards parts of at least 8 MiB. ``1``: never. ``None`` (default):
+        dask config ``shardwise.encode-split``, itself ``"auto"`` by default.
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
@@ -647,6 +655,7 @@ def to_zarr(
                 chunks,
                 write_order,
                 shards_per_task,
+                encode_split,
             )
         except ShardwiseError:
             raise
@@ -688,6 +697,7 @@ def to_zarr(
                 write_order,
                 fresh,
                 shards_per_task or 1,
+                encode_split,
             )
         )
     if not compute:
@@ -714,6 +724,7 @@ def _validate(
     chunks: SizeSpec,
     write_order: str,
     shards_per_task: Any = None,
+    encode_split: Any = None,
 ) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
     the store. Returns the mode, the dataset and encoding to write, the names of the
@@ -729,7 +740,7 @@ def _validate(
             expected=f"one of {WRITE_ORDERS}",
             found=repr(write_order),
         )
-    from shardwise.writer import check_shards_per_task
+    from shardwise.writer import check_encode_split, check_shards_per_task
 
     try:
         if shards_per_task is not None:
@@ -740,6 +751,15 @@ def _validate(
             expected="None, an integer >= 1 or 'auto'",
             found=repr(shards_per_task),
             advice="Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
+        ) from None
+    try:
+        check_encode_split(encode_split)
+    except ValueError:
+        raise WriteError(
+            "bad encode_split",
+            expected="None, an integer >= 1 or 'auto'",
+            found=repr(encode_split),
+            advice="Pass e.g. encode_split=8 to encode each shard in 8 tasks.",
         ) from None
     _check_spec("shards", shards, set(ds.dims))
     _check_spec("chunks", chunks, set(ds.dims))
@@ -888,6 +908,7 @@ def _data_graph(
     order: str,
     fresh: bool,
     shards_per_task: int | str = 1,
+    encode_split: int | str | None = None,
 ) -> Any:
     """The delayed write of one dask variable into its zarr array (``fresh``: created
     by this call, so no shard of it exists yet)."""
@@ -906,6 +927,7 @@ def _data_graph(
             order=order,
             fresh=fresh,
             shards_per_task=shards_per_task,
+            encode_split=encode_split,
         )
     return _store_aligned(source, target, region, offset)
 

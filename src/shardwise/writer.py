@@ -66,7 +66,9 @@ __all__ = [
     "ShardWrite",
     "WritePlan",
     "batch_bounds",
+    "check_encode_split",
     "check_shards_per_task",
+    "encode_split_chunks",
     "fuse_blockwise",
     "plan_write",
     "split_block",
@@ -79,6 +81,7 @@ Box = tuple[tuple[int, int], ...]  # per dimension a half-open interval [lo, hi)
 Shard = tuple[int, ...]
 
 FAN_IN = 32  # the most tasks one task of the done tree waits for
+SPLIT_BYTES = 8 * 2**20  # encode_split="auto" makes no part of a shard smaller than this
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -673,10 +676,26 @@ def fuse_blockwise(graph: Any, name: str) -> Any:
 class WriteDelayed(Delayed):
     """The ``dask.delayed`` of a write. Computing it optimizes the graph as dask
     optimizes arrays (blockwise and linear fusion, slices), as ``dask.array.store``
-    would the source arrays; a plain ``Delayed`` only culls."""
+    would the source arrays; a plain ``Delayed`` only culls. A graph with annotated
+    layers (a split write's placement, or the user's) gets blockwise fusion only, which
+    keeps them."""
 
     __slots__ = ()
-    __dask_optimize__ = staticmethod(optimize)
+
+    @staticmethod
+    def __dask_optimize__(dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        from dask.blockwise import optimize_blockwise
+        from dask.core import flatten
+        from dask.highlevelgraph import HighLevelGraph
+
+        if isinstance(dsk, HighLevelGraph) and any(
+            layer.annotations for layer in dsk.layers.values()
+        ):
+            # low-level fusion would drop the layers, and with them the annotations
+            # (the workers a split write's parts go to): fuse blockwise layers only
+            wanted = list(flatten(keys))
+            return optimize_blockwise(dsk, keys=wanted).cull(set(wanted))
+        return optimize(dsk, keys, **kwargs)
 
 
 def wait_for(name: str, graph: Any, keys: Sequence[Any], *, combine: Any = _done) -> Any:
@@ -717,6 +736,166 @@ def _shards_per_task(value: int | str, info: ArrayInfo) -> int:
     return int(value)
 
 
+def check_encode_split(value: Any) -> None:
+    if value is None or value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"encode_split must be None, 'auto' or an integer >= 1, got {value!r}")
+
+
+def _threads() -> int:
+    """The threads that will run the graph: the distributed cluster's in scope, else
+    the local scheduler's."""
+    import dask.config
+
+    client = _client()
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    scheduler = dask.config.get("scheduler", None)
+    if scheduler in ("sync", "synchronous", "single-threaded"):
+        return 1
+    import os
+
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+
+
+def encode_split_chunks(
+    chunks: tuple[tuple[int, ...], ...],
+    layout: ShardLayout,
+    offset: Sequence[int] | None,
+    value: int | str | None,
+    itemsize: int = 4,
+) -> tuple[tuple[int, ...], ...] | None:
+    """The dask chunks that split the encoding of each shard into about ``value``
+    tasks (None: no split). Blocks are cut only at inner chunk boundaries, first along
+    the first dimension (so each part is a contiguous slice of its block), then the
+    next, so every part holds whole inner chunks: the part's task encodes them, and
+    one task per shard lays them out and makes the single put, as for any shard that
+    several blocks touch.
+
+    ``"auto"`` splits only where the shards written are fewer than the threads that
+    will run the graph (a distributed client's, or the local scheduler's), into about
+    ``2 * threads / shards`` parts per shard, each of at least :data:`SPLIT_BYTES`: few
+    large shards then keep every thread busy, while a write of more shards than
+    threads, or of small shards, is left as it is (one task per block)."""
+    import dask.config
+
+    check_encode_split(value)
+    if value is None:
+        value = dask.config.get("shardwise.encode-split", "auto")
+        check_encode_split(value)
+    if not layout.sharded or any(0 in c for c in chunks):
+        return None
+    offset = tuple(offset) if offset is not None else (0,) * len(chunks)
+    plan = plan_write(layout, chunks, offset)
+    if value == "auto":
+        threads = _threads()
+        if plan.nshards >= threads:
+            return None
+        shard = layout.shard_shape((0,) * layout.ndim)
+        nbytes = math.prod(shard) * itemsize
+        # two parts per thread: a worker encodes its first part while the next travels
+        parts = min(-(-2 * threads // max(plan.nshards, 1)), nbytes // SPLIT_BYTES)
+    else:
+        parts = int(value)
+    if parts < 2:
+        return None
+    new = list(chunks)
+    first = (0,) * len(chunks)
+    for d, dim in enumerate(layout.dims):
+        if parts < 2:
+            break
+        per = min(parts, dim.inner_per_shard(first[d]))
+        if per < 2:
+            continue
+        new[d] = _split_dim(chunks[d], dim, offset[d], per)
+        parts = -(-parts // per)
+    out = tuple(tuple(c) for c in new)
+    return None if out == chunks else out
+
+
+def _split_source(source: Any, cut: tuple[tuple[int, ...], ...]) -> Any:
+    """``source`` with its blocks cut into the finer ``cut`` (which refines its chunks):
+    each part a task slicing its block, so a part is a view of the block where it lies
+    (no copy, as dask's rechunk would make) and only the part travels to another
+    worker."""
+    import operator
+
+    import dask.array as da
+    from dask._task_spec import Task, TaskRef
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"shardwise-part-{tokenize(source.name, cut)}"
+    per_dim = []
+    for old, new in zip(source.chunks, cut, strict=True):
+        where: list[tuple[int, slice]] = []
+        block, used = 0, 0
+        for n in new:
+            if used == old[block]:
+                block, used = block + 1, 0
+            where.append((block, slice(used, used + n)))
+            used += n
+        per_dim.append(where)
+    layer: dict[Any, Any] = {}
+    for idx in np.ndindex(*(len(c) for c in cut)):
+        parts = [per_dim[d][i] for d, i in enumerate(idx)]
+        key = (name, *idx)
+        parent = TaskRef((source.name, *(b for b, _ in parts)))
+        layer[key] = Task(key, operator.getitem, parent, tuple(sl for _, sl in parts))
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[source])
+    return da.Array(graph, name, cut, meta=source._meta)
+
+
+def _client() -> Any:
+    try:
+        from distributed import get_client
+
+        return get_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _spread(layer: Any, name: str, numblocks: tuple[int, ...]) -> None:
+    """Ask the distributed scheduler (when one is in scope) to run the encode tasks of
+    a split write on the workers' threads in turn, rather than all where their block
+    lies: a loose restriction (``allow_other_workers``), so a lost worker or a busy one
+    does not hold a task back. Each worker's parts of a block travel to it raw and back
+    compressed."""
+    client = _client()
+    if client is None:
+        return
+    threads = [addr for addr, n in sorted(client.nthreads().items()) for _ in range(n)]
+    if len(threads) < 2:
+        return
+    where = {(name, *b): [threads[i % len(threads)]] for i, b in enumerate(np.ndindex(*numblocks))}
+    layer.annotations = {
+        **(layer.annotations or {}),
+        "workers": where.get,
+        "allow_other_workers": True,
+    }
+
+
+def _split_dim(sizes: tuple[int, ...], dim: DimGrid, offset: int, parts: int) -> tuple[int, ...]:
+    """Each block along one dimension cut at inner chunk boundaries into about
+    ``parts`` pieces per shard it holds, as even as the boundaries allow."""
+    out: list[int] = []
+    lo = offset
+    for n in sizes:
+        hi = lo + n
+        cuts: list[int] = []
+        shards = dim.shard_range(lo, hi - 1)
+        for s in shards:
+            start, step = dim.shard_start(s), dim.inner_size(s)
+            cuts.extend(c for c in range(start, start + dim.shard_size(s) + 1, step) if lo < c < hi)
+        cuts = sorted(set(cuts))
+        pieces = min(len(cuts) + 1, parts * len(shards))
+        chosen = sorted({cuts[round(i * (len(cuts) + 1) / pieces) - 1] for i in range(1, pieces)})
+        out.extend(b - a for a, b in itertools.pairwise([lo, *chosen, hi]))
+        lo = hi
+    return tuple(out)
+
+
 def _batch_layer(
     name: str, source: Any, groups: tuple[tuple[int, ...], ...], plan: WritePlan, target: str
 ) -> dict[Any, Any]:
@@ -753,6 +932,7 @@ def store_dask_array(
     order: str = "morton",
     fresh: bool = False,
     shards_per_task: int | str = 1,
+    encode_split: int | str | None = None,
 ) -> Any:
     """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
     ``info`` of ``store`` at ``offset``; it computes to None.
@@ -769,7 +949,11 @@ def store_dask_array(
     ``shards_per_task`` above 1 groups neighbouring blocks that hold fewer shards than
     that (:func:`batch_bounds`) and gives each group one task, which writes about that
     many shards: fewer tasks for tiny shards. ``"auto"`` groups toward dask's
-    ``array.chunk-size`` of data per task."""
+    ``array.chunk-size`` of data per task.
+
+    ``encode_split`` splits the encoding of each shard into about that many tasks,
+    where few shards would leave threads idle (:func:`encode_split_chunks`); ``None``
+    takes dask config ``shardwise.encode-split`` (default ``"auto"``)."""
     from dask._task_spec import DataNode, Task, TaskRef
     from dask.base import tokenize
     from dask.delayed import Delayed
@@ -779,6 +963,10 @@ def store_dask_array(
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     per_task = _shards_per_task(shards_per_task, info)
+    cut = encode_split_chunks(source.chunks, info.layout, offset, encode_split, info.dtype.itemsize)
+    if cut is not None:
+        source = _split_source(source, cut)
+        per_task = 1
     groups = None
     if per_task > 1:
         groups = batch_bounds(info.layout, source.chunks, offset, per_task)
@@ -804,6 +992,7 @@ def store_dask_array(
         order,
         fresh,
         per_task,
+        cut,
     )
     names = {
         part: f"shardwise-{part}-{token}" for part in ("target", "encode", "split", "shard", "done")
@@ -832,6 +1021,8 @@ def store_dask_array(
         graph = fuse_blockwise(encoded.__dask_graph__(), names["encode"])
         layers = dict(graph.layers)
         deps = dict(graph.dependencies)
+        if cut is not None:
+            _spread(layers[names["encode"]], names["encode"], source.numblocks)
     else:  # a task per group of blocks
         graph = HighLevelGraph.merge(source.__dask_graph__(), target_graph)
         layers = dict(graph.layers)
