@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     times: dict[tuple[str, Any], list[float]] = {(c, s): [] for c in cases for s in SPLITS}
     cpu = CpuMeter()
-    with two_workers() as client:
+    with two_workers():
         for case, (shape, shard) in cases.items():
             ds = xr.Dataset({"v": (("y", "x"), make_field(shape).rechunk(shard))}).persist()
             wait(ds)

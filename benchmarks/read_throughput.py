@@ -1,45 +1,88 @@
-"""Full-array read throughput of ``engine="shardwise"`` against zarr-python and zstd itself.
+"""Full-array read throughput of ``engine="shardwise"`` against zarr-python, tensorstore
+and zstd itself.
 
 What it measures
 ----------------
-Two Zarr v3 stores hold the same ~1 GiB float32 variable ``v`` (a smooth sum of sines plus
-small noise, rounded to 2 decimals, so that zstd level 1 compresses it about 3x), in
-64 MiB shards with inner chunks of 1 MiB in one store and 64 KiB in the other. They are
-written once by zarr-python (through ``xarray.Dataset.to_zarr``) and cached under
-``benchmarks/data/``. On a ``distributed.LocalCluster`` of 2 single-threaded worker
-processes, each store is read whole with ``ds.v.sum().compute()`` opened four ways:
+One float32 variable ``v`` (a smooth sum of sines plus small noise, rounded to 2
+decimals, so that zstd level 1 compresses it about 3x) in two data shapes, selected with
+``--shape 2d|3d|both`` (default both):
 
-  shardwise           xr.open_dataset(path, engine="shardwise", chunks={})   one task per shard
-  shardwise skipna=False   the same, summed with ds.v.sum(skipna=False): no NaN-skipping
-                      nansum (isnan/where temporaries of every 64 MiB chunk), so closer to
-                      the reader's own cost; the targets use the plain .sum()
-  open_zarr default   xr.open_zarr(path)      dask chunks = zarr-python's inner chunks
-  open_zarr shards    xr.open_zarr(path, chunks=<shard shape>)   one task per shard
-  decode limit        every compressed inner chunk already in memory, decoded with
-                      numcodecs.Zstd on a 2-thread pool in this process: the
-                      ceiling for any reader on 2 cores (no I/O, no copy, no sum)
+  2-D   ~1 GiB (``--size-mib``), dims ("y", "x"), shards of 4096 x 4096 (64 MiB), inner
+        chunks of 512 x 512 (1 MiB) in one store and of 128 x 128 (64 KiB) in another
+  3-D   512 x 512 x 512 (512 MiB; ``--size-3d`` is the edge), dims ("z", "y", "x"),
+        shards of 256 x 256 x 256 (64 MiB), inner chunks of 64 x 64 x 64 (1 MiB) in one
+        store and of 16 x 32 x 32 (64 KiB) in another
 
-Throughput is uncompressed bytes / wall time (GB = 1e9 bytes). Every method runs once as
-a warm-up (so all read the shard files from the OS page cache alike; caches are not
-dropped), then ``--repeats`` times, interleaved round by round; the table reports medians.
-The project's targets (reported here, never asserted): shardwise reaches >= 0.8 of the
-decode limit with 1 MiB inner chunks and >= 0.6 with 64 KiB ones, and is >= 2x faster
-than ``xr.open_zarr`` with its default chunks.
+The stores are written once by zarr-python (through ``xarray.Dataset.to_zarr``, zstd
+level 1) and cached under ``benchmarks/data/``. Every store is read whole by three groups
+of methods, in this order:
 
-Two things to keep in mind when reading the numbers. Run it on an otherwise idle machine:
-at the end the script reports how much CPU other processes took meanwhile. And the decode
-limit runs in this process, where glibc recycles freed 1 MiB buffers, while distributed's
-nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, under which every buffer over
-128 KiB a worker allocates is a fresh mmap paid for with page faults.
+1. The FLOOR, in this process, before any cluster starts: the codec work alone. Every
+   compressed inner chunk is already in memory (the shard files are read and cut with
+   their indexes beforehand) and is decoded with ``numcodecs.Zstd().decode(chunk,
+   out=buffer)`` into ONE buffer per thread, allocated once, on a
+   ``ThreadPoolExecutor(2)`` with one work item per shard: no I/O, no copy into an
+   array, no allocation per chunk, no sum. (python-zstandard's
+   ``ZstdDecompressor.decompress`` cannot decompress into a given buffer, so it is not
+   timed.)
+
+2. Single-process REFERENCE peers, interleaved with the floor, also before the cluster
+   starts. Each reads the whole array into one numpy array in this one process, without
+   dask, on the library's own threads; the time includes opening the array, and nothing
+   is summed:
+
+     zarr-python fused     zarr.open_array(path, path="v")[...] under
+                           zarr.config.set({"codec_pipeline.path":
+                           "zarr.core.codec_pipeline.FusedCodecPipeline"}) (skipped, with
+                           a note, when the installed zarr has no such class)
+     zarr-python default   the same with zarr's default codec pipeline
+     tensorstore           tensorstore.open({"driver": "zarr3", "kvstore": {"driver":
+                           "file", "path": <store>/v}}).result().read().result()
+
+3. On a ``distributed.LocalCluster`` of 2 single-threaded worker processes,
+   ``ds.v.sum(skipna=False).compute()`` with ``ds`` opened three ways:
+
+     shardwise             xr.open_dataset(path, engine="shardwise", chunks={})
+                           one task per shard
+     open_zarr default     xr.open_zarr(path)   dask chunks = zarr-python's inner chunks
+     open_zarr shards      xr.open_zarr(path, chunks=<shard shape>)   one task per shard
+
+   ``skipna=False`` because a float ``.sum()`` is NaN-skipping: isnan/where temporaries
+   of every chunk, numpy's cost rather than the reader's.
+
+Throughput is uncompressed bytes / wall time (GB = 1e9 bytes). Every method runs once as a
+warm-up (so all read the shard files from the OS page cache alike; caches are not
+dropped), then is timed: the floor and the references 3 times, reported by their BEST
+run (the floor is the best of 3), the cluster methods ``--repeats`` times, reported by
+their median; each group interleaved round by round. For every method the table gives
+the median and min-max over its timed runs, GB/s and the ratio to the floor (floor time
+/ method time, both from the figure in the "runs" column). Checks: the floor decodes
+every byte, each zstd frame declaring an inner chunk's size; the references read equal
+arrays; the cluster's sums agree with the references' (float64) sum to float32 rounding.
+
+The project's targets (issue 15; reported here, never asserted): shardwise on the
+cluster reaches >= 0.75 of the floor with 1 MiB inner chunks and >= 0.65 with 64 KiB
+ones, in both shapes; secondary: it is >= 2x faster than ``xr.open_zarr`` with its
+default chunks.
+
+Reading the numbers: run it on an otherwise idle machine (at the end the script reports
+how much CPU other processes took meanwhile). The floor and the references run in one
+process with both cores to themselves; the cluster methods share the cores with the
+scheduler and nanny processes, pay for task scheduling, and run in workers that
+distributed's nanny starts with ``MALLOC_TRIM_THRESHOLD_=65536``, under which every
+buffer over 128 KiB a worker allocates is a fresh mmap paid for with page faults.
 
 How to run
 ----------
     make bench                                   # = .venv/bin/python benchmarks/read_throughput.py
-    .venv/bin/python benchmarks/read_throughput.py --size-mib 128 --repeats 2   # quick check
-    .venv/bin/python benchmarks/read_throughput.py --out results.json
+    .venv/bin/python benchmarks/read_throughput.py --shape 3d --out results.json
+    .venv/bin/python benchmarks/read_throughput.py --size-mib 128 --size-3d 256 \\
+        --repeats 1                                                     # quick check
 
-The first run writes the two stores (about 2 x 350 MB on disk, a few minutes); later runs
-reuse them when their metadata matches. ``make clean`` deletes them.
+The first run writes the four stores (about 2 x 350 MB + 2 x 170 MB on disk, a few
+minutes); later runs reuse them when their metadata matches. ``make clean`` deletes them.
+The client process holds two copies of the largest array at once (the references'
+outputs, compared) plus its compressed inner chunks: about 2.5 GiB for the 2-D field.
 """
 
 from __future__ import annotations
@@ -62,23 +105,34 @@ from typing import Any
 
 import numpy as np
 
+# run as a script, this directory is on sys.path
+from throughput_common import (
+    FLOOR_RUNS,
+    DecodeFloor,
+    have_tensorstore,
+    interleaved,
+    package_versions,
+    tensorstore_kvstore,
+    zarr_pipeline,
+    zarr_pipelines,
+)
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DIMS = ("y", "x")
 SHARD = (4096, 4096)  # 64 MiB of float32
 INNER = {"1 MiB": (512, 512), "64 KiB": (128, 128)}
 SHARD_MIB = math.prod(SHARD) * 4 >> 20
-# bump RECIPE_VERSION whenever make_field changes, so cached stores are rewritten
+DIMS_3D = ("z", "y", "x")
+SHARD_3D = (256, 256, 256)  # 64 MiB of float32
+INNER_3D = {"1 MiB": (64, 64, 64), "64 KiB": (16, 32, 32)}
+# bump RECIPE_VERSION(_3D) whenever make_field(_3d) changes, so cached stores are rewritten
 RECIPE_VERSION = 1
+RECIPE_VERSION_3D = 1
 NOISE, DECIMALS, SEED = 0.003, 2, 0
-METHODS = (
-    "shardwise",
-    "shardwise skipna=False",
-    "open_zarr default",
-    "open_zarr shards",
-    "decode limit",
-)
-TARGETS = {"1 MiB": 0.8, "64 KiB": 0.6}  # shardwise / decode limit
-TARGET_VS_ZARR = 2.0  # shardwise speed-up over open_zarr default chunks
+CLUSTER_METHODS = ("shardwise", "open_zarr default", "open_zarr shards")
+FLOOR = "floor: numcodecs decode out="
+TARGETS = {"1 MiB": 0.75, "64 KiB": 0.65}  # shardwise / floor, in both shapes
+TARGET_VS_ZARR = 2.0  # secondary: shardwise speed-up over open_zarr default chunks
 
 
 # -- the data ----------------------------------------------------------------------------
@@ -90,6 +144,13 @@ def array_shape(size_mib: int) -> tuple[int, int]:
     nshards = size_mib // SHARD_MIB
     cols = max(d for d in range(1, math.isqrt(nshards) + 1) if nshards % d == 0)
     return (nshards // cols * SHARD[0], cols * SHARD[1])
+
+
+def cube_shape(edge: int) -> tuple[int, int, int]:
+    """The 3-D shape ``edge`` x ``edge`` x ``edge``, made of whole 64 MiB shards."""
+    if edge < SHARD_3D[0] or edge % SHARD_3D[0]:
+        raise SystemExit(f"--size-3d must be a positive multiple of {SHARD_3D[0]}")
+    return (edge, edge, edge)
 
 
 def make_field(shape: tuple[int, int]) -> Any:
@@ -108,17 +169,90 @@ def make_field(shape: tuple[int, int]) -> Any:
     return da.round(smooth + np.float32(NOISE) * noise, DECIMALS).astype(np.float32)
 
 
-def recipe(shape: tuple[int, int], inner: tuple[int, int]) -> dict[str, Any]:
-    return {
-        "version": RECIPE_VERSION,
-        "shape": list(shape),
-        "shard": list(SHARD),
-        "inner": list(inner),
-        "noise": NOISE,
-        "decimals": DECIMALS,
-        "seed": SEED,
-        "codec": "zstd level 1",
-    }
+def make_field_3d(shape: tuple[int, int, int]) -> Any:
+    """The 3-D variable as a lazy dask array chunked by shard, made like ``make_field``;
+    its periods are shorter, so that zstd level 1 compresses its 1 MiB and 64 KiB inner
+    chunks about 3x too (their rows along x are 64 and 32 values, not 512 and 128)."""
+    import dask.array as da
+
+    z = da.arange(shape[0], chunks=SHARD_3D[0], dtype=np.float32)[:, None, None]
+    y = da.arange(shape[1], chunks=SHARD_3D[1], dtype=np.float32)[None, :, None]
+    x = da.arange(shape[2], chunks=SHARD_3D[2], dtype=np.float32)[None, None, :]
+    tau = np.float32(2 * np.pi)
+    smooth = (
+        10
+        * np.sin(tau * x / 2000 + np.float32(0.5))
+        * np.cos(tau * y / 1700)
+        * np.cos(tau * z / 1300)
+        + 4 * np.sin(tau * (x + y) / 450)
+        + 2 * np.cos(tau * (x - 2 * y) / 200)
+        + 3 * np.sin(tau * (y + z) / 330)
+        + 2 * np.cos(tau * (x + y - 2 * z) / 230)
+    )
+    noise = da.random.default_rng(SEED).standard_normal(shape, chunks=SHARD_3D, dtype=np.float32)
+    return da.round(smooth + np.float32(NOISE) * noise, DECIMALS).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One data shape of the benchmark: the variable's dims, shape, shards, inner chunks
+    (by label) and generator."""
+
+    name: str  # "2-D" or "3-D"
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    shard: tuple[int, ...]
+    inner: dict[str, tuple[int, ...]]
+    make: Callable[[Any], Any]
+    recipe_version: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * 4
+
+    @property
+    def shard_chunks(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.shard, strict=True))
+
+    def describe(self) -> str:
+        return f"{self.name} v{self.shape} float32 ({self.nbytes / 2**20:.0f} MiB)"
+
+    def recipe(self, label: str) -> dict[str, Any]:
+        doc = {
+            "version": self.recipe_version,
+            "shape": list(self.shape),
+            "shard": list(self.shard),
+            "inner": list(self.inner[label]),
+            "noise": NOISE,
+            "decimals": DECIMALS,
+            "seed": SEED,
+            "codec": "zstd level 1",
+        }
+        return doc if len(self.shape) == 2 else {"field": "3-D", **doc}
+
+    def store_path(self, label: str) -> Path:
+        inner = "x".join(map(str, self.inner[label]))
+        if len(self.shape) == 2:
+            return DATA_DIR / f"field-{self.nbytes >> 20}MiB-inner{inner}.zarr"
+        return DATA_DIR / f"field3d-{'x'.join(map(str, self.shape))}-inner{inner}.zarr"
+
+
+def field_2d(shape: tuple[int, ...]) -> Field:
+    return Field("2-D", DIMS, shape, SHARD, INNER, make_field, RECIPE_VERSION)
+
+
+def field_3d(shape: tuple[int, ...]) -> Field:
+    return Field("3-D", DIMS_3D, shape, SHARD_3D, INNER_3D, make_field_3d, RECIPE_VERSION_3D)
+
+
+def selected_fields(which: str, size_mib: int, size_3d: int) -> list[Field]:
+    """The data shapes of ``--shape`` (2d, 3d or both)."""
+    fields = []
+    if which in ("2d", "both"):
+        fields.append(field_2d(array_shape(size_mib)))
+    if which in ("3d", "both"):
+        fields.append(field_3d(cube_shape(size_3d)))
+    return fields
 
 
 def store_matches(path: Path, want: dict[str, Any]) -> bool:
@@ -137,23 +271,25 @@ def store_matches(path: Path, want: dict[str, Any]) -> bool:
     )
 
 
-def ensure_store(size_mib: int, label: str) -> Path:
-    """Write the store for inner chunk size ``label`` unless a matching one is cached.
-    The store is written next to its final place and renamed when complete."""
+def ensure_store(fld: Field, label: str) -> Path:
+    """Write the store of ``fld`` for inner chunk size ``label`` unless a matching one is
+    cached. The store is written next to its final place and renamed when complete."""
     import xarray as xr
     import zarr
 
-    shape, inner = array_shape(size_mib), INNER[label]
-    path = DATA_DIR / f"field-{size_mib}MiB-inner{inner[0]}x{inner[1]}.zarr"
-    want = recipe(shape, inner)
+    path, want = fld.store_path(label), fld.recipe(label)
     if store_matches(path, want):
         print(f"  cached  {path}")
         return path
     tmp = path.with_name(path.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    ds = xr.Dataset({"v": (DIMS, make_field(shape))}, attrs={"benchmark_recipe": want})
+    ds = xr.Dataset({"v": (fld.dims, fld.make(fld.shape))}, attrs={"benchmark_recipe": want})
     encoding = {
-        "v": {"chunks": inner, "shards": SHARD, "compressors": [zarr.codecs.ZstdCodec(level=1)]}
+        "v": {
+            "chunks": fld.inner[label],
+            "shards": fld.shard,
+            "compressors": [zarr.codecs.ZstdCodec(level=1)],
+        }
     }
     t0 = time.perf_counter()
     ds.to_zarr(tmp, zarr_format=3, consolidated=False, encoding=encoding)
@@ -163,7 +299,7 @@ def ensure_store(size_mib: int, label: str) -> Path:
     return path
 
 
-# -- the decode limit --------------------------------------------------------------------
+# -- the floor ---------------------------------------------------------------------------
 @dataclass
 class Compressed:
     """Every compressed inner chunk of ``v``, grouped by shard, plus what they add up to."""
@@ -173,9 +309,11 @@ class Compressed:
     empty_chunks: int
 
 
-def load_compressed(path: Path) -> Compressed:
-    """Read every shard file and cut it into its inner chunks with the shard index."""
+def load_compressed(path: Path, chunk_nbytes: int) -> Compressed:
+    """Read every shard file and cut it into its inner chunks with the shard index; check
+    that every zstd frame declares ``chunk_nbytes`` bytes of content."""
     import zarr
+    import zstandard
     from zarr.codecs import BytesCodec, ZstdCodec
 
     from shardwise.codecs import index_format_from_codecs
@@ -201,35 +339,14 @@ def load_compressed(path: Path) -> Compressed:
         table = fmt.decode(fmt.split(raw)).reshape(-1, 2)
         chunks = [raw[int(o) : int(o) + int(n)] for o, n in table if o != EMPTY]
         empty += len(table) - len(chunks)
+        for c in chunks:
+            if zstandard.frame_content_size(c) != chunk_nbytes:
+                raise SystemExit(f"{path}: a zstd frame does not hold {chunk_nbytes} bytes")
         shards.append(chunks)
     return Compressed(shards, stored, empty)
 
 
-def _decode_shard(chunks: list[memoryview]) -> int:
-    import numcodecs
-
-    zstd = numcodecs.Zstd()
-    return sum(len(zstd.decode(c)) for c in chunks)
-
-
-def decode_all(compressed: Compressed, pool: ThreadPoolExecutor) -> int:
-    """Decode every inner chunk, one pool task per shard; returns the bytes decoded."""
-    return sum(pool.map(_decode_shard, compressed.shards))
-
-
 # -- the measurements --------------------------------------------------------------------
-def open_method(method: str, path: Path) -> Any:
-    import xarray as xr
-
-    if method.startswith("shardwise"):
-        return xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
-    if method == "open_zarr default":
-        return xr.open_zarr(path, consolidated=False)
-    if method == "open_zarr shards":
-        return xr.open_zarr(path, consolidated=False, chunks=dict(zip(DIMS, SHARD, strict=True)))
-    raise ValueError(method)
-
-
 @dataclass
 class Result:
     store: str
@@ -239,10 +356,15 @@ class Result:
     tasks: int | None = None
     dask_chunks: str = ""
     value: float | None = None
+    best: bool = False  # reported by the best (min) run, else by the median
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
+
+    @property
+    def headline(self) -> float:
+        return min(self.times) if self.best else self.median
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -251,54 +373,130 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def _summer(ds: Any, *, skipna: bool) -> Callable[[], Any]:
-    return lambda: ds.v.sum(skipna=skipna).compute()
+def _zarr_read(path: Path, pipeline: str | None) -> np.ndarray:
+    import zarr
+
+    with zarr_pipeline(pipeline):
+        return zarr.open_array(path, path="v", mode="r")[...]
 
 
-def measure_store(label: str, path: Path, repeats: int, nbytes: int) -> dict[str, Result]:
-    """Warm up every method on one store, then time ``repeats`` interleaved rounds."""
-    compressed = load_compressed(path)
-    ratio = nbytes / compressed.stored_bytes
+def _tensorstore_read(path: Path) -> np.ndarray:
+    import tensorstore as ts
+
+    spec = {"driver": "zarr3", "kvstore": tensorstore_kvstore(path / "v")}
+    return ts.open(spec).result().read().result()
+
+
+def sums(arr: np.ndarray) -> tuple[float, float]:
+    """The float64 sum of ``arr`` and of its absolute values, a slab at a time."""
+    total = absolute = 0.0
+    for slab in np.array_split(arr, max(1, arr.shape[0] // 256)):
+        total += float(slab.sum(dtype=np.float64))
+        absolute += float(np.abs(slab).sum(dtype=np.float64))
+    return total, absolute
+
+
+def measure_local(key: str, fld: Field, label: str, path: Path) -> dict[str, Any]:
+    """In this process, no cluster: the floor and the single-process references, warmed
+    up, then ``FLOOR_RUNS`` interleaved rounds. Returns their results, the stored bytes
+    and the references' float64 sums (of the values and of their absolute values)."""
+    chunk_nbytes = math.prod(fld.inner[label]) * 4
+    compressed = load_compressed(path, chunk_nbytes)
     nchunks = sum(len(c) for c in compressed.shards)
     print(
-        f"  inner {label}: {len(compressed.shards)} shards, {nchunks} inner chunks "
+        f"  {key}: {len(compressed.shards)} shards, {nchunks} inner chunks "
         f"({compressed.empty_chunks} empty), {compressed.stored_bytes / 1e6:.0f} MB on disk, "
-        f"zstd ratio {ratio:.2f}x"
+        f"zstd ratio {fld.nbytes / compressed.stored_bytes:.2f}x"
     )
-    datasets = {m: open_method(m, path) for m in METHODS if m != "decode limit"}
-    results = {m: Result(label, m) for m in METHODS}
+    if compressed.empty_chunks:
+        raise SystemExit(f"{path}: {compressed.empty_chunks} inner chunks are missing")
+    results = {FLOOR: Result(key, FLOOR, dask_chunks=f"{nchunks} frames, 2 threads", best=True)}
+    with ThreadPoolExecutor(2) as pool:
+        floor = DecodeFloor(chunk_nbytes)
+        runs: dict[str, Callable[[], Any]] = {FLOOR: lambda: floor(compressed.shards, pool)}
+        for m, pipeline in zarr_pipelines().items():
+            runs[m] = lambda p=pipeline: _zarr_read(path, p)
+        if have_tensorstore():
+            runs["tensorstore"] = lambda: _tensorstore_read(path)
+        for m in runs:
+            if m != FLOOR:
+                results[m] = Result(key, m, dask_chunks="1 process, no dask", best=True)
+        seen: dict[str, Any] = {}
+
+        def check(m: str, rnd: int, out: Any) -> None:
+            if m == FLOOR:
+                if out != fld.nbytes:
+                    raise SystemExit(f"the floor decoded {out} bytes, expected {fld.nbytes}")
+                return
+            if rnd:
+                seen.pop("array", None)  # not held while the timed rounds run
+                return
+            if out.shape != fld.shape or out.dtype != np.float32:
+                raise SystemExit(f"{m} read {out.shape} {out.dtype}")
+            if "array" not in seen:
+                seen["array"], seen["first"] = out, m
+                seen["sums"] = sums(out)
+            elif not np.array_equal(out, seen["array"]):
+                raise SystemExit(f"{m} and {seen['first']} read different arrays from {path}")
+
+        times = interleaved(runs, FLOOR_RUNS, after=check, nbytes=fld.nbytes)
+    for m, ts in times.items():
+        results[m].warmup, results[m].times = ts[0], ts[1:]
+    return {
+        "results": results,
+        "stored_bytes": compressed.stored_bytes,
+        "sums": seen.get("sums"),
+    }
+
+
+def open_method(method: str, fld: Field, path: Path) -> Any:
+    import xarray as xr
+
+    if method == "shardwise":
+        return xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+    if method == "open_zarr default":
+        return xr.open_zarr(path, consolidated=False)
+    if method == "open_zarr shards":
+        return xr.open_zarr(path, consolidated=False, chunks=fld.shard_chunks)
+    raise ValueError(method)
+
+
+def measure_store(
+    key: str, fld: Field, path: Path, repeats: int, reference: tuple[float, float] | None
+) -> dict[str, Result]:
+    """On the cluster: warm up every method on one store, then time ``repeats``
+    interleaved rounds of ``ds.v.sum(skipna=False).compute()``."""
+    print(f"  {key}")
+    datasets = {m: open_method(m, fld, path) for m in CLUSTER_METHODS}
+    results = {m: Result(key, m) for m in CLUSTER_METHODS}
     for m, ds in datasets.items():
-        results[m].tasks = len(ds.v.sum().__dask_graph__())
+        results[m].tasks = len(ds.v.sum(skipna=False).__dask_graph__())
         chunk = "x".join(str(c[0]) for c in ds.v.chunks)
         results[m].dask_chunks = f"{ds.v.data.npartitions} x {chunk}"
-    results["decode limit"].dask_chunks = f"{nchunks} zstd frames"
 
-    with ThreadPoolExecutor(2) as pool:
-        runs: dict[str, Callable[[], Any]] = {
-            m: _summer(ds, skipna=not m.endswith("skipna=False")) for m, ds in datasets.items()
-        }
-        runs["decode limit"] = lambda: decode_all(compressed, pool)
-        for rnd in range(repeats + 1):  # round 0 is the warm-up
-            times = []
-            for m, run in runs.items():
-                seconds, out = timed(run)
-                if m == "decode limit":
-                    if out != nbytes:
-                        raise SystemExit(f"decoded {out} bytes, expected {nbytes}")
-                else:
-                    results[m].value = float(out)
-                if rnd:
-                    results[m].times.append(seconds)
-                else:
-                    results[m].warmup = seconds
-                times.append(f"{m} {seconds:.2f} s")
-            print(f"    {'warm-up' if rnd == 0 else f'round {rnd}'}: " + ", ".join(times))
+    runs = {m: (lambda ds=ds: ds.v.sum(skipna=False).compute()) for m, ds in datasets.items()}
+    for rnd in range(repeats + 1):  # round 0 is the warm-up
+        times = []
+        for m, run in runs.items():
+            seconds, out = timed(run)
+            results[m].value = float(out)
+            if rnd:
+                results[m].times.append(seconds)
+            else:
+                results[m].warmup = seconds
+            times.append(f"{m} {seconds:.2f} s ({fld.nbytes / seconds / 1e9:.2f} GB/s)")
+        print(f"    {'warm-up' if rnd == 0 else f'round {rnd}'}: " + ", ".join(times))
     for ds in datasets.values():
         ds.close()
     values = [r.value for r in results.values() if r.value is not None]
-    spread = (max(values) - min(values)) / max(abs(min(values)), 1e-30)
-    if spread > 1e-4:
-        print(f"    WARNING: the sums disagree (relative spread {spread:.1e}): {values}")
+    if reference is not None:
+        total, absolute = reference
+        worst = max(abs(v - total) for v in values) / max(absolute, 1e-30)
+        if worst > 1e-5:
+            print(
+                f"    WARNING: the sums {values} differ from the references' {total:.6g} "
+                f"by {worst:.1e} of the sum of |v|, more than float32 rounding"
+            )
     return results
 
 
@@ -385,77 +583,106 @@ def machine() -> dict[str, Any]:
 
 
 def print_report(
-    results: dict[str, dict[str, Result]], nbytes: int, size_mib: int, repeats: int
+    results: dict[str, dict[str, Result]],
+    fields: dict[str, Field],
+    labels: dict[str, str],
+    repeats: int,
 ) -> dict[str, Any]:
     """Print the table and the targets; return the summary for the JSON file."""
     print()
     print(
-        f"{size_mib} MiB float32 in {SHARD_MIB} MiB shards; median of {repeats} runs "
-        "after one warm-up each, all reading from the OS page cache (caches not dropped)"
+        f"64 MiB shards; the cluster's methods: median of {repeats} runs, the floor and the "
+        f"references: best of {FLOOR_RUNS}, each after one warm-up, all reading from the OS "
+        "page cache (caches not dropped). GB/s and vs floor use the figure in 'runs'."
     )
     header = (
-        f"{'store':<13}{'method':<24}{'dask chunks':<20}{'tasks':>7}"
-        f"{'median s':>10}{'min-max s':>14}{'GB/s':>7}{'vs limit':>10}"
+        f"{'store':<17}{'method':<30}{'dask chunks':<24}{'tasks':>6}{'runs':>11}"
+        f"{'median s':>10}{'min-max s':>13}{'GB/s':>7}{'vs floor':>10}"
     )
     print(header)
     print("-" * len(header))
     summary: dict[str, Any] = {}
-    for label, by_method in results.items():
-        limit = by_method["decode limit"].median
+    for key, by_method in results.items():
+        nbytes = fields[key].nbytes
+        floor = by_method[FLOOR].headline
         for i, (m, r) in enumerate(by_method.items()):
             spread = f"{min(r.times):.2f}-{max(r.times):.2f}"
             tasks = "-" if r.tasks is None else str(r.tasks)
+            runs = f"{'best' if r.best else 'median'} {len(r.times)}"
             print(
-                f"{('inner ' + label) if i == 0 else '':<13}{m:<24}{r.dask_chunks:<20}"
-                f"{tasks:>7}{r.median:>10.3f}{spread:>14}{nbytes / r.median / 1e9:>7.2f}"
-                f"{limit / r.median:>10.2f}"
+                f"{key if i == 0 else '':<17}{m:<30}{r.dask_chunks:<24}{tasks:>6}{runs:>11}"
+                f"{r.median:>10.3f}{spread:>13}{nbytes / r.headline / 1e9:>7.2f}"
+                f"{floor / r.headline:>10.2f}"
             )
-        sw = by_method["shardwise"].median
-        summary[label] = {
-            "shardwise_vs_decode_limit": limit / sw,
-            "shardwise_vs_open_zarr_default": by_method["open_zarr default"].median / sw,
-            "shardwise_vs_open_zarr_shards": by_method["open_zarr shards"].median / sw,
+        sw = by_method["shardwise"].headline
+        s: dict[str, Any] = {
+            "shape": fields[key].name,
+            "inner": labels[key],
+            "floor_gb_per_s": nbytes / floor / 1e9,
+            "shardwise_vs_floor": floor / sw,
+            "shardwise_vs_open_zarr_default": by_method["open_zarr default"].headline / sw,
+            "shardwise_vs_open_zarr_shards": by_method["open_zarr shards"].headline / sw,
         }
+        for m, r in by_method.items():
+            if r.best and m != FLOOR:
+                s[m.replace(" ", "_").replace("-", "_") + "_vs_floor"] = floor / r.headline
+        summary[key] = s
         print(
-            f"{'':<13}shardwise is {summary[label]['shardwise_vs_open_zarr_default']:.2f}x "
-            f"open_zarr default chunks, {summary[label]['shardwise_vs_open_zarr_shards']:.2f}x "
-            "open_zarr shard chunks"
+            f"{'':<17}shardwise is {s['shardwise_vs_floor']:.2f} of the floor, "
+            f"{s['shardwise_vs_open_zarr_default']:.2f}x open_zarr default chunks, "
+            f"{s['shardwise_vs_open_zarr_shards']:.2f}x open_zarr shard chunks"
         )
         print("-" * len(header))
 
-    print("targets (reported, not asserted):")
-    for label, s in summary.items():
-        got, want = s["shardwise_vs_decode_limit"], TARGETS[label]
+    print("targets (issue 15; reported, not asserted):")
+    for key, s in summary.items():
+        got, want = s["shardwise_vs_floor"], TARGETS[s["inner"]]
         print(
-            f"  inner {label:<7} shardwise / decode limit  {got:5.2f}  target >= {want:.1f}  "
+            f"  {key:<16} shardwise / floor          {got:5.2f}  target >= {want:.2f}  "
             f"{'met' if got >= want else 'MISSED'}"
         )
+    for key, s in summary.items():
         got = s["shardwise_vs_open_zarr_default"]
         print(
-            f"  inner {label:<7} shardwise vs open_zarr    {got:5.2f}x target >= "
-            f"{TARGET_VS_ZARR:.0f}x   {'met' if got >= TARGET_VS_ZARR else 'MISSED'}"
+            f"  {key:<16} shardwise vs open_zarr    {got:5.2f}x target >= "
+            f"{TARGET_VS_ZARR:.0f}x     {'met' if got >= TARGET_VS_ZARR else 'MISSED'}"
+            "  (secondary)"
         )
     return summary
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mib", type=int, default=1024, help="array size (default 1024)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per method")
+    parser.add_argument(
+        "--shape", choices=("2d", "3d", "both"), default="both", help="data shapes (both)"
+    )
+    parser.add_argument("--size-mib", type=int, default=1024, help="2-D array size (default 1024)")
+    parser.add_argument(
+        "--size-3d", type=int, default=512, help="3-D array edge, a multiple of 256 (512)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per cluster method")
     parser.add_argument("--out", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    fields = selected_fields(args.shape, args.size_mib, args.size_3d)
 
     from distributed import Client, LocalCluster
 
     started = time.perf_counter()
-    info = machine()
+    info = machine() | package_versions("zstandard", "tensorstore")
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    shape = array_shape(args.size_mib)
-    nbytes = math.prod(shape) * 4
-    print(f"data: v{shape} float32, {nbytes / 2**20:.0f} MiB, in {DATA_DIR}")
-    paths = {label: ensure_store(args.size_mib, label) for label in INNER}
+    stores: dict[str, tuple[Field, str, Path]] = {}
+    for fld in fields:
+        print(f"data: {fld.describe()}, dims {fld.dims}, shards {fld.shard}, in {DATA_DIR}")
+        for label in fld.inner:
+            stores[f"{fld.name} inner {label}"] = (fld, label, ensure_store(fld, label))
+
+    meter = CpuMeter()
+    print(f"floor and references, in this process (best of {FLOOR_RUNS} after a warm-up):")
+    local = {
+        key: measure_local(key, fld, label, path) for key, (fld, label, path) in stores.items()
+    }
 
     results: dict[str, dict[str, Result]] = {}
     with (
@@ -465,26 +692,50 @@ def main(argv: list[str] | None = None) -> None:
         Client(cluster),
     ):
         print("cluster: LocalCluster, 2 worker processes x 1 thread")
-        meter = CpuMeter()
-        for label, path in paths.items():
-            results[label] = measure_store(label, path, args.repeats, nbytes)
+        for key, (fld, _, path) in stores.items():
+            on_cluster = measure_store(key, fld, path, args.repeats, local[key]["sums"])
+            here = local[key]["results"]
+            refs = {m: r for m, r in here.items() if m != FLOOR}
+            results[key] = on_cluster | refs | {FLOOR: here[FLOOR]}
         cpu = meter.stop()
 
-    summary = print_report(results, nbytes, args.size_mib, args.repeats)
+    summary = print_report(
+        results,
+        {key: fld for key, (fld, _, _) in stores.items()},
+        {key: label for key, (_, label, _) in stores.items()},
+        args.repeats,
+    )
     print_cpu(cpu)
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
     if args.out:
         doc = {
             "machine": info,
-            "size_mib": args.size_mib,
-            "shape": shape,
-            "shard": SHARD,
-            "inner": INNER,
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "stores": {
+                key: {
+                    "shape": fld.name,
+                    "dims": fld.dims,
+                    "array_shape": fld.shape,
+                    "shard": fld.shard,
+                    "inner": fld.inner[label],
+                    "uncompressed_bytes": fld.nbytes,
+                    "stored_bytes": local[key]["stored_bytes"],
+                    "path": str(path),
+                }
+                for key, (fld, label, path) in stores.items()
+            },
+            "floor_runs": FLOOR_RUNS,
             "repeats": args.repeats,
-            "uncompressed_bytes": nbytes,
             "results": [
-                asdict(r) | {"median": r.median} for rs in results.values() for r in rs.values()
+                asdict(r)
+                | {
+                    "median": r.median,
+                    "headline": r.headline,
+                    "gb_per_s": stores[r.store][0].nbytes / r.headline / 1e9,
+                }
+                for rs in results.values()
+                for r in rs.values()
             ],
             "summary": summary,
             "cpu": cpu,
