@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/write_throughput.py
 	$(BIN)/python benchmarks/read_fanout.py
 	$(BIN)/python benchmarks/rectilinear.py
+	$(BIN)/python benchmarks/encode_split.py
 	$(BIN)/python benchmarks/migrate.py
 	$(BIN)/python benchmarks/reshard.py
 	$(BIN)/python benchmarks/inventory.py
