@@ -145,3 +145,40 @@ def test_reopening_a_rewritten_store_does_not_use_old_indexes(tmp_path):
     again = xr.open_dataset(path, engine="shardwise", consolidated=False)
     assert float(again.v[3]) == 6.0
     xr.testing.assert_identical(again.load(), second)
+
+
+def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
+    """A task reading one whole shard of a LocalStore reads the file on its own thread
+    into a reused buffer (no store.get); a part of a shard, or several shards, go
+    through the store as before. Values, missing shards and corrupt files behave the
+    same either way."""
+    import zarr
+
+    from shardwise.errors import CorruptShardError
+    from shardwise.reader import ArrayReader
+
+    values = np.arange(64 * 48, dtype="f4").reshape(64, 48)
+    arr = zarr.create_array(
+        tmp_path / "a", shape=(96, 48), chunks=(8, 16), shards=(32, 48), dtype="f4", fill_value=-1
+    )
+    arr[:64] = values  # the third shard is never written
+    reader = ArrayReader.open(LocalStore(tmp_path / "a"))
+    gets = []
+    real_get = LocalStore.get
+
+    async def counting_get(self, key, *args, **kwargs):
+        gets.append(key)
+        return await real_get(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "get", counting_get)
+    np.testing.assert_array_equal(reader[0:32], values[:32])  # one whole shard
+    np.testing.assert_array_equal(reader[64:96], np.full((32, 48), -1, "f4"))  # missing
+    assert gets == []
+    np.testing.assert_array_equal(reader[0:8, 0:16], values[:8, :16])  # one chunk of it
+    np.testing.assert_array_equal(reader[0:64], values)  # two shards
+    assert gets  # through the store
+    # a truncated shard file: the same error as through the store
+    shard = tmp_path / "a" / "c" / "1" / "0"
+    shard.write_bytes(shard.read_bytes()[:-7])
+    with pytest.raises(CorruptShardError, match="c/1/0"):
+        reader[32:64]

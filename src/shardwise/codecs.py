@@ -334,6 +334,7 @@ def _transpose_step(inverse: tuple[int, ...]) -> Callable[[Any, _Context], Any]:
 
 
 _SCRATCH = threading.local()
+SCRATCH_LIMIT = 256 * 2**20  # larger buffers are allocated for the one use
 
 
 def _scratch(nbytes: int, slot: str = "decode") -> npt.NDArray[np.uint8]:

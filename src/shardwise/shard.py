@@ -11,9 +11,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from shardwise.codecs import SCRATCH_LIMIT
 from shardwise.index import IndexFormat
 
-__all__ = ["WRITE_ORDERS", "ShardBuilder", "assemble_shard", "build_shard", "write_order"]
+__all__ = [
+    "SCRATCH_LIMIT",
+    "WRITE_ORDERS",
+    "ShardBuilder",
+    "assemble_shard",
+    "build_shard",
+    "write_order",
+]
 
 WRITE_ORDERS = ("morton", "C")
 
@@ -64,9 +72,8 @@ def assemble_shard(
 
 
 _SCRATCH = threading.local()
-# shards up to this size are built in the thread's reused buffer; the buffer stays
+# shards up to SCRATCH_LIMIT are built in the thread's reused buffer; the buffer stays
 # allocated (one per thread that built a shard), so larger shards get memory of their own
-SCRATCH_LIMIT = 256 * 2**20
 
 
 def _copies_out(store: Any) -> bool:
