@@ -30,7 +30,6 @@ import argparse
 import shutil
 import statistics
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from read_throughput import DATA_DIR, CpuMeter, machine, make_field, print_cpu, timed
+from throughput_common import CompressFloor
 from write_throughput import two_workers
 
 INNER = (512, 512)
@@ -56,35 +56,19 @@ def encoding(shard: tuple[int, int]) -> dict[str, Any]:
 
 def codec_floor(values: np.ndarray, repeats: int) -> float:
     """zstd level 1 on every inner chunk, 2 threads, one reused context and output
-    buffer per thread; the best of ``repeats`` runs after a warm-up."""
-    from zstandard import backend_cffi
-
-    ffi, lib = backend_cffi.ffi, backend_cffi.lib
+    buffer per thread (``throughput_common.CompressFloor``); the best of ``repeats``
+    runs after a warm-up."""
     chunks = [
         np.ascontiguousarray(values[y : y + INNER[0], x : x + INNER[1]])
         for y in range(0, values.shape[0], INNER[0])
         for x in range(0, values.shape[1], INNER[1])
     ]
-    local = threading.local()
-
-    def compress(batch: list[np.ndarray]) -> int:
-        if not hasattr(local, "cctx"):
-            local.cctx = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)
-            lib.ZSTD_CCtx_setParameter(local.cctx, lib.ZSTD_c_compressionLevel, 1)
-            local.out = np.empty(lib.ZSTD_compressBound(chunks[0].nbytes), np.uint8)
-        dst = ffi.from_buffer(local.out, require_writable=True)
-        total = 0
-        for c in batch:
-            total += lib.ZSTD_compress2(
-                local.cctx, dst, local.out.size, ffi.from_buffer(c), c.nbytes
-            )
-        return total
-
+    floor = CompressFloor("ZSTD_compress2 (cffi)", chunks[0].nbytes)
     batches = [chunks[i : i + 16] for i in range(0, len(chunks), 16)]
     times = []
     with ThreadPoolExecutor(2) as pool:
         for _ in range(repeats + 1):
-            seconds, _ = timed(lambda: sum(pool.map(compress, batches)))
+            seconds, _ = timed(lambda: floor(batches, pool))
             times.append(seconds)
     return min(times[1:])
 

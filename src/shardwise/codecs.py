@@ -717,22 +717,24 @@ class ChunkEncoder(_ChunkCodec):
         if self._fast is None:
             raise ValueError("this codec chain has no bound: use encode()")
         data: Any = self._serialized(arr)
-        *steps, last = [*self._fast[2]] or [False]
-        for codec in steps:
+        stages = self._fast[2]
+        for codec in stages[:-1]:
             data = self._stage(codec, data)
-        if last is False or last is None:  # no compressor, or a checksum last
-            view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-            out[: view.size] = view
-            n = view.size
-            if last is None:
-                out[n : n + 4] = np.frombuffer(crc32c(view).to_bytes(4, "little"), np.uint8)
-                n += 4
-            return n
-        if isinstance(last, _ZstdEncode) and isinstance(data, np.ndarray):
+        last = stages[-1] if stages else None
+        if isinstance(last, _ZstdEncode):
             return last.encode_into(data, out)
-        frame = np.frombuffer(self._stage(last, data), dtype=np.uint8)
-        out[: frame.size] = frame
-        return int(frame.size)
+        if last is not None:  # gzip: through bytes of its own
+            frame = np.frombuffer(self._stage(last, data), dtype=np.uint8)
+            out[: frame.size] = frame
+            return int(frame.size)
+        # no compressor last: the bytes, and their crc32c when the chain ends with one
+        view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        out[: view.size] = view
+        n = view.size
+        if stages:
+            out[n : n + 4] = np.frombuffer(crc32c(view).to_bytes(4, "little"), np.uint8)
+            n += 4
+        return n
 
     def _zarr_encode(self, arr: npt.NDArray[Any]) -> bytes:
         from zarr.core.sync import sync

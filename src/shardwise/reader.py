@@ -268,11 +268,8 @@ class ArrayReader:
         if not isinstance(decoder, ShardDecoder):
             return None
         key = self.info.key(shard_read.shard)
-        cache_key = (self._token, key)
         needed = sorted({c.inner for c in shard_read.chunks})
-        if SUPPLIED.get(cache_key) is not None or (
-            len(needed) < self.options.whole_shard_fraction * decoder.index.nchunks
-        ):
+        if SUPPLIED.get((self._token, key)) is not None or not self._wants_whole(decoder, needed):
             return None
         try:
             f = open(self.store.root / key, "rb")  # noqa: SIM115 - closed below
@@ -285,10 +282,21 @@ class ArrayReader:
             n = 0
             while n < size and (got := f.readinto(view[n:])):
                 n += got
-        whole, table = decoder.parse(buf[:n], key=key)
+        return [self._chunks_of_whole(decoder, buf[:n], key, needed)]
+
+    def _wants_whole(self, decoder: ShardDecoder, needed: list[tuple[int, ...]]) -> bool:
+        """Whether to read a shard whole: most of its inner chunks are wanted."""
+        return len(needed) >= self.options.whole_shard_fraction * decoder.index.nchunks
+
+    def _chunks_of_whole(
+        self, decoder: ShardDecoder, whole: Any, key: str, needed: list[tuple[int, ...]]
+    ) -> dict[tuple[int, ...], Bytes | None]:
+        """The wanted inner chunks of a whole shard object held in memory; its index is
+        checked and cached."""
+        view, table = decoder.parse(whole, key=key)
         if self.options.index_cache:
-            index_cache().put(cache_key, table)
-        return [{inner: decoder.entry(whole, table, inner) for inner in needed}]
+            index_cache().put((self._token, key), table)
+        return {inner: decoder.entry(view, table, inner) for inner in needed}
 
     def read_into(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
         """Read what ``plan`` lists into ``out`` (of the plan's output shape); parts of
@@ -337,14 +345,11 @@ class ArrayReader:
             table = supplied
         else:
             table = index_cache().get(cache_key) if opts.index_cache else None
-        if table is None and len(needed) >= opts.whole_shard_fraction * decoder.index.nchunks:
+        if table is None and self._wants_whole(decoder, needed):
             whole = await self._get(key, sem)
             if whole is None:
                 return None
-            whole, table = decoder.parse(whole, key=key)
-            if opts.index_cache:
-                index_cache().put(cache_key, table)
-            return {inner: decoder.entry(whole, table, inner) for inner in needed}
+            return self._chunks_of_whole(decoder, whole, key, needed)
 
         if table is None:
             table = await self._load_index(key, decoder, sem)

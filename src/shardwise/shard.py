@@ -124,16 +124,13 @@ class ShardBuilder:
         _SCRATCH.owner = weakref.ref(self)
         return buf
 
-    def _release(self) -> None:
-        self._shared = False
-
     def _room(self, nbytes: int) -> npt.NDArray[np.uint8]:
         """Writable space for ``nbytes`` more bytes (growing the buffer if need be)."""
         need = self.offset + nbytes + self._tail
         if need > self._buf.size:
             grown = np.empty(max(need, 2 * self._buf.size), dtype=np.uint8)
             grown[: self.offset] = self._buf[: self.offset]
-            self._release()
+            self._shared = False  # the thread's buffer is free again
             self._buf = grown
         return self._buf[self.offset : self.offset + nbytes]
 
@@ -179,7 +176,7 @@ class ShardBuilder:
                 return proto.buffer.from_bytes(blob.tobytes())
             return proto.buffer.from_array_like(blob)
         finally:
-            self._release()
+            self._shared = False  # the thread's buffer is free again
 
 
 def build_shard(

@@ -331,6 +331,11 @@ def _inside(inner: Box, outer: Box) -> bool:
     return all(olo <= lo and hi <= ohi for (lo, hi), (olo, ohi) in zip(inner, outer, strict=True))
 
 
+def _local(box: Box, within: Box) -> tuple[slice, ...]:
+    """``box`` as slices of an array that holds ``within`` (``box`` lies inside it)."""
+    return tuple(slice(lo - wlo, hi - wlo) for (lo, hi), (wlo, _) in zip(box, within, strict=True))
+
+
 def _intersect(a: Box, b: Box) -> Box | None:
     out = tuple((max(alo, blo), min(ahi, bhi)) for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
     return None if any(lo >= hi for lo, hi in out) else out
@@ -402,9 +407,14 @@ class _Target:
     def encode(self, shard: Shard, chunk: npt.NDArray[Any]) -> bytes | None:
         """Encode a full-size inner chunk; None when it is all fill value and empty
         chunks are left out."""
-        if not self.write_empty_chunks and is_fill(chunk, self.info.fill_value):
+        if not self.keeps(chunk):
             return None
         return self.encoder(self.info.layout.inner_shape(shard)).encode(chunk)
+
+    def keeps(self, chunk: npt.NDArray[Any]) -> bool:
+        """Whether a full-size inner chunk is stored: not when it is all fill value and
+        empty chunks are left out."""
+        return self.write_empty_chunks or not is_fill(chunk, self.info.fill_value)
 
     def padded(self, shard: Shard, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """An edge inner chunk's data padded with the fill value to the full shape."""
@@ -436,16 +446,14 @@ class _Target:
         chunk = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
         return np.array(chunk.decode(data, key=key, chunk=inner), copy=True)
 
-    def builder(self, shard: Shard, nchunks: int | None = None) -> ShardBuilder:
-        """A builder for one shard object (room for ``nchunks`` encoded inner chunks,
-        all of them by default; it grows if need be)."""
+    def builder(self, shard: Shard) -> ShardBuilder:
+        """A builder for one shard object, with room for all its inner chunks encoded
+        (it grows if an encoder knows no bound and outruns that)."""
         decoder = self.decoder(shard)
         fmt = decoder.index if isinstance(decoder, ShardDecoder) else None
         encoder = self.encoder(self.info.layout.inner_shape(shard))
         per = encoder.bound or math.prod(encoder.shape) * encoder.dtype.itemsize
-        if nchunks is None:
-            nchunks = len(self.write_order(shard))
-        return ShardBuilder(fmt, per * nchunks)
+        return ShardBuilder(fmt, per * len(self.write_order(shard)))
 
     def write_order(self, shard: Shard) -> list[tuple[int, ...]]:
         """The order of a shard's inner chunks in its object."""
@@ -461,9 +469,8 @@ class _Target:
     def add_chunk(
         self, builder: ShardBuilder, shard: Shard, inner: tuple[int, ...], chunk: npt.NDArray[Any]
     ) -> None:
-        """Encode a full-size inner chunk into the shard, unless it is all fill value and
-        empty chunks are left out."""
-        if self.write_empty_chunks or not is_fill(chunk, self.info.fill_value):
+        """Encode a full-size inner chunk into the shard, if it :meth:`keeps` it."""
+        if self.keeps(chunk):
             builder.encode(inner, chunk, self.encoder(self.info.layout.inner_shape(shard)))
 
     def put(self, shard: Shard, buffer: Any, *, existed: bool | None) -> None:
@@ -526,16 +533,11 @@ def _contribution(block: npt.NDArray[Any], box: Box, shard: Shard, target: _Targ
         common = _intersect(ibox, box)
         if common is None:
             continue
-        take = tuple(
-            slice(lo - blo, hi - blo) for (lo, hi), (blo, _) in zip(common, box, strict=True)
-        )
+        take = _local(common, box)
         if common == ibox:
             encoded[inner] = target.encode(shard, target.padded(shard, block[take]))
         else:
-            where = tuple(
-                slice(lo - ilo, hi - ilo) for (lo, hi), (ilo, _) in zip(common, ibox, strict=True)
-            )
-            pieces.append((inner, where, np.array(block[take], copy=True)))
+            pieces.append((inner, _local(common, ibox), np.array(block[take], copy=True)))
     return encoded, pieces
 
 
@@ -553,11 +555,8 @@ def _encode_block(
         boxes = target.inner_boxes(shard)
         builder = target.builder(shard)
         for inner in target.write_order(shard):
-            take = tuple(
-                slice(lo - blo, hi - blo)
-                for (lo, hi), (blo, _) in zip(boxes[inner], box, strict=True)
-            )
-            target.add_chunk(builder, shard, inner, target.padded(shard, block[take]))
+            chunk = target.padded(shard, block[_local(boxes[inner], box)])
+            target.add_chunk(builder, shard, inner, chunk)
         target.put(shard, builder.finish(target.store), existed=None)
     return {shard: _contribution(block, box, shard, target) for shard in gathered}
 
@@ -620,10 +619,7 @@ def _write_shard(
 
     # in the write order: chunks the blocks encoded, chunks merged here (encoded straight
     # into the shard), and existing chunks the write does not touch (kept as bytes)
-    kept = [i for i in existing if i not in chunks and i not in merged]
-    builder = target.builder(
-        shard, sum(v is not None for v in chunks.values()) + len(merged) + len(kept)
-    )
+    builder = target.builder(shard)
     for inner in target.write_order(shard):
         if inner in chunks:
             encoded_chunk = chunks[inner]
@@ -787,25 +783,24 @@ def encode_split_chunks(
     if not layout.sharded or any(0 in c for c in chunks):
         return None
     offset = tuple(offset) if offset is not None else (0,) * len(chunks)
-    plan = plan_write(layout, chunks, offset)
     if value == "auto":
         threads = _threads()
-        if plan.nshards >= threads:
+        nshards = plan_write(layout, chunks, offset).nshards
+        if nshards >= threads:
             return None
         shard = layout.shard_shape((0,) * layout.ndim)
         nbytes = math.prod(shard) * itemsize
         # two parts per thread: a worker encodes its first part while the next travels
-        parts = min(-(-2 * threads // max(plan.nshards, 1)), nbytes // SPLIT_BYTES)
+        parts = min(-(-2 * threads // max(nshards, 1)), nbytes // SPLIT_BYTES)
     else:
         parts = int(value)
     if parts < 2:
         return None
     new = list(chunks)
-    first = (0,) * len(chunks)
     for d, dim in enumerate(layout.dims):
         if parts < 2:
             break
-        per = min(parts, dim.inner_per_shard(first[d]))
+        per = min(parts, dim.inner_per_shard(0))  # (taking the first shard's)
         if per < 2:
             continue
         new[d] = _split_dim(chunks[d], dim, offset[d], per)
