@@ -127,3 +127,62 @@ def test_encoder_output_decodes_with_zarr(tmp_path, codecs):
         enc.encode(np.asfortranarray(data))
     )  # gathered via scratch
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "b")[...], data)
+
+
+@pytest.mark.parametrize(
+    ("codecs", "direct"),
+    [
+        ([BytesCodec(), ZstdCodec(level=1)], True),
+        ([BytesCodec(), GzipCodec(level=1)], True),
+        ([BytesCodec(), zarr.codecs.BloscCodec(cname="lz4")], True),
+        ([BytesCodec(), ZstdCodec(level=1), zarr.codecs.Crc32cCodec()], True),  # checked first
+        ([BytesCodec(), zarr.codecs.Crc32cCodec(), ZstdCodec(level=1)], False),  # crc inside
+        ([BytesCodec(endian="big"), ZstdCodec(level=1)], False),  # swapped on the way out
+        ([zarr.codecs.TransposeCodec(order=(1, 0)), BytesCodec(), ZstdCodec()], False),
+        ([BytesCodec()], False),  # nothing to decompress: the plain view is no copy either
+    ],
+)
+def test_decode_into_writes_the_chunk_in_place_where_the_chain_allows(tmp_path, codecs, direct):
+    """decode_into gives what decode gives (checked against zarr-python's own encoding),
+    straight into the caller's memory, and leaves that memory alone where it cannot."""
+    data = np.random.default_rng(1).normal(size=(6, 4)).round(2)
+    arr = zarr.create_array(
+        tmp_path / "b",
+        shape=(6, 4),
+        chunks=(6, 4),
+        dtype="f8",
+        fill_value=0.0,
+        filters=[c for c in codecs if isinstance(c, zarr.codecs.TransposeCodec)],
+        serializer=next(c for c in codecs if isinstance(c, BytesCodec)),
+        compressors=[
+            c for c in codecs if not isinstance(c, BytesCodec | zarr.codecs.TransposeCodec)
+        ],
+    )
+    arr[...] = data
+    encoded = (tmp_path / "b" / "c" / "0" / "0").read_bytes()
+    dec = ChunkDecoder(arr.metadata.codecs, (6, 4), arr.metadata.data_type, 0.0, array="b")
+    assert dec.can_decode_into is direct
+    out = np.full((6, 12), -7.0)
+    dest = out[:, 4:8]  # not contiguous: never written in place
+    assert not dec.decode_into(encoded, dest, key="b/c/0/0", chunk=(0, 0))
+    rows = np.full((3, 6, 4), -7.0)
+    assert dec.decode_into(encoded, rows[1], key="b/c/0/0", chunk=(0, 0)) is direct
+    np.testing.assert_array_equal(rows[1], data if direct else -7.0)
+    np.testing.assert_array_equal(rows[[0, 2]], -7.0)
+    np.testing.assert_array_equal(dec.decode(encoded), data)
+    assert (out == -7.0).all()
+
+
+def test_decode_into_refuses_a_frame_of_another_size_and_reports_corruption():
+    dec = decoder(ZstdCodec(level=1))
+    dest = np.full((4, 5), -7.0)
+    short = numcodecs.Zstd().encode(np.arange(19.0))
+    assert not dec.decode_into(short, dest)  # decode() then reports the wrong size
+    assert (dest == -7.0).all()
+    no_size = zstandard.ZstdCompressor(write_content_size=False).compress(dest.tobytes())
+    assert not dec.decode_into(no_size, dest)
+    assert not dec.decode_into(numcodecs.Zstd().encode(np.arange(20.0)), dest[:2])  # shape
+    frame = numcodecs.Zstd().encode(np.arange(20.0))[:-3]  # declares its size, cut short
+    with pytest.raises(CorruptShardError, match="does not decode") as info:
+        dec.decode_into(frame, dest, key="v/c/1/0", chunk=(1, 0))
+    assert (info.value.key, info.value.chunk) == ("v/c/1/0", (1, 0))

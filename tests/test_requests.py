@@ -182,3 +182,51 @@ def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
     shard.write_bytes(shard.read_bytes()[:-7])
     with pytest.raises(CorruptShardError, match="c/1/0"):
         reader[32:64]
+
+
+@pytest.mark.parametrize("compressors", ["zstd", "zstd+crc32c"])
+def test_inner_chunks_filling_contiguous_rows_decode_in_place(tmp_path, monkeypatch, compressors):
+    """Inner chunks that span the output's trailing dimensions whole land in contiguous
+    rows of it: they are decompressed straight there (no copy through the scratch
+    buffer); the others, and any chunk cut by the selection, are copied. Values match
+    zarr-python either way, edge chunks and empty chunks included."""
+    import zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    from shardwise.codecs import ChunkDecoder
+    from shardwise.reader import ArrayReader
+
+    values = np.random.default_rng(3).normal(size=(70, 12)).astype("f4")
+    values[8:12] = -1  # one inner chunk all fill value: not stored
+    arr = zarr.create_array(
+        tmp_path / "a",
+        shape=values.shape,
+        chunks=(4, 12),
+        shards=(16, 12),
+        dtype="f4",
+        fill_value=-1,
+        compressors=[ZstdCodec(level=1)]
+        + ([Crc32cCodec()] if compressors == "zstd+crc32c" else []),
+    )
+    arr[...] = values
+    placed = []
+    real = ChunkDecoder.decode_into
+
+    def spy(self, data, dest, **kwargs):
+        done = real(self, data, dest, **kwargs)
+        placed.append((kwargs["chunk"], done))
+        return done
+
+    monkeypatch.setattr(ChunkDecoder, "decode_into", spy)
+    reader = ArrayReader.open(LocalStore(tmp_path / "a"))
+    zarr_arr = zarr.open_array(tmp_path / "a", mode="r")
+    for sel in [np.s_[0:16], np.s_[:], np.s_[3:61], np.s_[16:32, 2:9], np.s_[64:70]]:
+        placed.clear()
+        np.testing.assert_array_equal(reader[sel], zarr_arr[sel])
+        in_place = [c for c, done in placed if done]
+        if sel == np.s_[0:16]:
+            assert sorted(in_place) == [(0, 0), (1, 0), (3, 0)]  # (2, 0) is empty
+        if sel == np.s_[16:32, 2:9]:
+            assert placed and in_place == []  # columns cut: every chunk is copied
+        if sel == np.s_[64:70]:
+            assert in_place == [(0, 0)]  # the array's edge cuts (1, 0): copied

@@ -137,6 +137,11 @@ class ChunkDecoder(_ChunkCodec):
     """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
 
     def _prepare(self) -> None:
+        # (steps before, decompressor, its name, the bytes codec's view) where the chain
+        # ends in one compressor next to `bytes` in native order: then a chunk can be
+        # decompressed straight into memory the caller gives (decode_into)
+        self._direct: tuple[list[Callable[[Any, _Context], Any]], Any, str, _ToArray] | None
+        self._direct = None
         self._steps: list[Callable[[Any, _Context], Any]] | None = self._fast_steps()
 
     # -- building ------------------------------------------------------------------------
@@ -202,7 +207,10 @@ class ChunkDecoder(_ChunkCodec):
                 stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
             to_array = _ToArray(stored, self.dtype, encoded_shape)
             if fuse:
-                steps.append(_decompress_to_array_step(*decompressor(bytes_bytes[0]), to_array))
+                codec, name = decompressor(bytes_bytes[0])
+                if not array_array and not to_array.swap:
+                    self._direct = (list(steps), codec, name, to_array)
+                steps.append(_decompress_to_array_step(codec, name, to_array))
             else:
                 steps.append(to_array)
         else:
@@ -217,6 +225,11 @@ class ChunkDecoder(_ChunkCodec):
     @property
     def fast(self) -> bool:
         return self._steps is not None
+
+    @property
+    def can_decode_into(self) -> bool:
+        """Whether :meth:`decode_into` can decode chunks of this chain in place."""
+        return self._direct is not None
 
     # -- decoding ------------------------------------------------------------------------
     def decode(
@@ -244,17 +257,63 @@ class ChunkDecoder(_ChunkCodec):
         except ShardwiseError:
             raise
         except Exception as e:
-            raise CorruptShardError(
-                "inner chunk does not decode",
-                expected=f"a chunk of shape {self.shape} and dtype {self.dtype} through "
-                f"{[_codec_name(c) for c in self.codecs]}",
-                found=f"{type(e).__name__}: {e}",
-                array=self.array,
-                key=key,
-                chunk=chunk,
-                advice="The chunk's bytes are corrupt or were written with other codecs; "
-                "rewrite the shard from its source.",
-            ) from e
+            raise self._undecodable(e, key, chunk) from e
+
+    def decode_into(
+        self,
+        data: Bytes,
+        dest: npt.NDArray[Any],
+        *,
+        key: str | None = None,
+        chunk: tuple[int, ...] | None = None,
+    ) -> bool:
+        """Decode one chunk straight into ``dest``, a C-contiguous array of the chunk's
+        shape and dtype (a region of a read's output that the chunk fills whole), with
+        no copy: where the chain is one compressor next to ``bytes`` in native byte
+        order (crc32c checks allowed), without transpose, and the frame declares the
+        chunk's size. Returns False, with ``dest`` untouched, where it cannot (use
+        :meth:`decode` then)."""
+        direct = self._direct
+        if (
+            direct is None
+            or not isinstance(dest, np.ndarray)  # out[()] of a 0-d output is a scalar copy
+            or dest.shape != self.shape
+            or not dest.flags.c_contiguous
+        ):
+            return False
+        before, codec, name, to_array = direct
+        ctx = _Context(self.array, key, chunk, True)
+        try:
+            value: Any = data
+            for step in before:
+                value = step(value, ctx)
+            if name == "blosc":
+                _check_blosc_header(value, ctx)
+            if decoded_size(name, value) != to_array.expected or (
+                name == "gzip" and to_array.expected >= 2**32
+            ):
+                return False
+            codec.decode(value, out=dest.reshape(-1).view(np.uint8))
+            return True
+        except ShardwiseError:
+            raise
+        except Exception as e:
+            raise self._undecodable(e, key, chunk) from e
+
+    def _undecodable(
+        self, e: Exception, key: str | None, chunk: tuple[int, ...] | None
+    ) -> CorruptShardError:
+        return CorruptShardError(
+            "inner chunk does not decode",
+            expected=f"a chunk of shape {self.shape} and dtype {self.dtype} through "
+            f"{[_codec_name(c) for c in self.codecs]}",
+            found=f"{type(e).__name__}: {e}",
+            array=self.array,
+            key=key,
+            chunk=chunk,
+            advice="The chunk's bytes are corrupt or were written with other codecs; "
+            "rewrite the shard from its source.",
+        )
 
     def _zarr_decode(self, data: Bytes) -> npt.NDArray[Any]:
         from zarr.core.sync import sync

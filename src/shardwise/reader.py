@@ -239,10 +239,15 @@ class ArrayReader:
             key = self.info.key(shard_read.shard)
             decoder = self.decoder(shard_read.shard)
             chunk_decoder = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
+            # an inner chunk that fills a contiguous region of the output whole is
+            # decoded straight into it (no copy); others through a reused buffer
+            direct = plan.basic and chunk_decoder.can_decode_into
             for c in shard_read.chunks:
                 raw = data[c.inner]
                 if raw is None:
                     out[_ix(c.out)] = fill
+                    continue
+                if direct and chunk_decoder.decode_into(raw, out[c.out], key=key, chunk=c.inner):
                     continue
                 arr = chunk_decoder.decode(raw, key=key, chunk=c.inner, scratch=True)
                 if plan.basic:
