@@ -1,5 +1,5 @@
 """Corrupt shards and impossible metadata: the documented error, never a crash, a hang or
-wrong data returned silently (docs/index.md, "Errors").
+wrong data returned silently (docs/user-guide.md, "Errors").
 
 Two halves:
 

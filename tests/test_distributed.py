@@ -228,3 +228,25 @@ def test_split_encoding_of_one_shard_runs_on_both_workers(client, tmp_path):
     assert len({t["worker"] for t in encode}) == 2
     np.testing.assert_array_equal(zarr.open_array(path / "v", mode="r")[...], values)
     assert sorted(p.name for p in (path / "v" / "c").rglob("*") if p.is_file()) == ["0"]
+
+
+def test_dask_array_write_append_and_read_on_worker_processes(client, tmp_path):
+    """A dask array written without xarray (chunks cutting shards, then an append), and
+    read back with the fan-out graph, on 2 worker processes: equal to zarr-python's and
+    dask.array.from_zarr's reads of the same store."""
+    import dask.array as da
+    import zarr
+
+    import shardwise
+
+    data = np.random.default_rng(4).normal(size=(300, 120)).astype("f4")
+    x = da.from_array(data, chunks=(45, 70))
+    path = tmp_path / "a.zarr"
+    delayed = shardwise.to_zarr(
+        x[:200], path, path="v", shards=(100, 60), chunks=(20, 20), compute=False
+    )
+    assert isinstance(client.compute(delayed).result(), zarr.Array)
+    shardwise.to_zarr(x[200:], path, path="v", append_dim=0)
+    np.testing.assert_array_equal(zarr.open_array(path, path="v", mode="r")[...], data)
+    back = shardwise.from_zarr(path, "v", chunks={0: 60})
+    np.testing.assert_array_equal(back.compute(), da.from_zarr(str(path), component="v").compute())

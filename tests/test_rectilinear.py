@@ -445,7 +445,7 @@ def test_any_irregular_chunking_reads_back_in_zarr_python(case, seed):
 
 # -- other readers ----------------------------------------------------------------------------
 def test_what_xarrays_own_zarr_engine_does_with_the_output(tmp_path):
-    """Documented in docs/index.md: xr.open_zarr refuses the grid unless zarr-python's
+    """Documented in docs/user-guide.md: xr.open_zarr refuses the grid unless zarr-python's
     flag is on; with it, it reads the values with one dask chunk per inner chunk."""
     ds = daily(lengths=(6, 4, 8), nx=3)
     shardwise.to_zarr(ds, tmp_path / "m.zarr", chunks={"time": 2}, consolidated=False)

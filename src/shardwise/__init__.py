@@ -4,6 +4,8 @@
 with one dask chunk per shard; ``shardwise.open_dataset(store, chunks=...)`` reads with
 an explicit fan-out graph (one index task per shard, read tasks of whole inner chunks
 below it); ``shardwise.to_zarr(ds, store, ...)`` writes with one dask task per shard.
+Without xarray: ``shardwise.to_zarr(x, store, path=...)`` writes one dask array and
+``shardwise.from_zarr(store, path)`` reads one with the fan-out graph.
 For data that exists already: ``shardwise.reshard`` (Zarr v2, v3 and 2022 draft stores
 to sharded Zarr v3, chunks moved as bytes where the codecs allow), ``shardwise.migrate``
 (draft stores), ``shardwise.inventory`` and ``shardwise.info`` (what the shard indexes
@@ -39,6 +41,7 @@ from shardwise.reshard import ReshardReport, reshard
 
 if TYPE_CHECKING:
     from shardwise.api import open_dataset, to_zarr
+    from shardwise.arrays import from_zarr
     from shardwise.catalog import ArrayChoiceError, Info, info, inventories, inventory
     from shardwise.fanout import ChunkRoundingWarning
     from shardwise.integrity import VerifyReport, verify
@@ -78,6 +81,7 @@ __all__ = [
     "__version__",
     "check_regions",
     "clear_index_cache",
+    "from_zarr",
     "index_cache",
     "info",
     "inventories",
@@ -103,6 +107,7 @@ _LAZY = {
     "check_regions": "shardwise.regions",
     "shared_shards": "shardwise.regions",
     "open_dataset": "shardwise.api",
+    "from_zarr": "shardwise.arrays",
     "ReadOptions": "shardwise.storage",
     "clear_index_cache": "shardwise.storage",
     "index_cache": "shardwise.storage",

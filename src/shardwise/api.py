@@ -584,9 +584,17 @@ def to_zarr(
     write_order: str = "morton",
     shards_per_task: int | Literal["auto"] | None = None,
     encode_split: int | Literal["auto"] | None = None,
+    path: str | None = None,
+    compressors: Any = None,
+    filters: Any = None,
+    serializer: Any = None,
+    fill_value: Any = None,
+    attributes: Mapping[str, Any] | None = None,
+    dimension_names: Any = None,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
-    does, with exactly one dask task writing each shard.
+    does, with exactly one dask task writing each shard; or one ``dask.array.Array``
+    (see "dask arrays" below).
 
     Takes ``Dataset.to_zarr``'s arguments and per-variable encodings (``chunks``,
     ``shards``, ``compressors``, ``filters``, ``serializer``, ``dtype``, ``_FillValue``,
@@ -627,12 +635,85 @@ def to_zarr(
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
+
+    dask arrays
+        ``to_zarr(x, store, path="a/b", ...)`` writes the ``dask.array.Array`` ``x`` as
+        one Zarr array at ``path`` (default: the store's root), created with
+        zarr-python, with the same graph and guarantees. ``shards``: ``"dask"`` (the
+        default: every dask chunk becomes a shard; irregular chunks give a rectilinear
+        grid), ``"auto"``, a tuple of sizes per axis (``-1``: the whole axis) or a dict
+        by axis number; ``chunks`` (inner chunks) likewise, or ``"auto"`` (the
+        default). ``compressors``, ``filters``, ``serializer``, ``fill_value``,
+        ``attributes`` and ``dimension_names`` are zarr-python's ``create_array``
+        arguments, for a new array only. ``mode``: ``"w-"`` (default: refuse an
+        existing array), ``"w"`` (replace it), ``"a"`` (with ``append_dim=``, an axis
+        number, append along it), ``"r+"`` (with ``region=``, a tuple of slices or a
+        dict of them by axis number, write into part of it). ``zarr_format=2`` writes an
+        unsharded Zarr v2 array. Returns the ``zarr.Array``, or with ``compute=False``
+        a ``dask.delayed`` that writes the data (the metadata is written already) and
+        returns it.
     """
     import dask
     from xarray.backends.writers import get_writable_zarr_store
 
     from shardwise import rectilinear
+    from shardwise.arrays import array_to_zarr, is_array
 
+    array_only = {
+        "path": path,
+        "compressors": compressors,
+        "filters": filters,
+        "serializer": serializer,
+        "fill_value": fill_value,
+        "attributes": attributes,
+        "dimension_names": dimension_names,
+    }
+    if is_array(obj):
+        dataset_only = {
+            "group": group,
+            "encoding": encoding or None,
+            "consolidated": consolidated,
+            "chunkmanager_store_kwargs": chunkmanager_store_kwargs,
+        }
+        if given := sorted(k for k, v in dataset_only.items() if v is not None):
+            raise WriteError(
+                "options for Datasets were given with a dask array",
+                expected="path=, shards=, chunks=, compressors=, fill_value=, attributes=... "
+                "for one array",
+                found=", ".join(given),
+                array=(path or "").strip("/") or "/",
+                advice="Give the array's place with path= and its codecs as keywords. "
+                "Nothing was written.",
+            )
+        if store is None:
+            from zarr.storage import MemoryStore
+
+            store = MemoryStore()
+        return array_to_zarr(
+            obj,
+            store,
+            mode=mode,
+            region=region,
+            append_dim=append_dim,  # type: ignore[arg-type]
+            compute=compute,
+            zarr_format=zarr_format,
+            storage_options=storage_options,
+            write_empty_chunks=write_empty_chunks,
+            write_order=write_order,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+            shards=shards,
+            chunks=chunks,
+            **{**array_only, "path": path or ""},
+        )
+    if given := sorted(k for k, v in array_only.items() if v is not None):
+        raise WriteError(
+            "options for a single dask array were given with a Dataset",
+            expected="group= and encoding= for the variables of a Dataset",
+            found=", ".join(given),
+            advice="Give codecs and fill values per variable in encoding=, e.g. "
+            "encoding={'v': {'compressors': ...}}. Nothing was written.",
+        )
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
     if store is None:

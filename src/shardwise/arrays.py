@@ -1,0 +1,703 @@
+"""dask arrays without xarray: the shardwise counterparts of ``dask.array.to_zarr`` and
+``dask.array.from_zarr``.
+
+``shardwise.to_zarr(x, store, path=...)`` with a ``dask.array.Array`` creates (or
+opens) one Zarr array with zarr-python, so its metadata (codecs, fill value, attributes,
+dimension names) is zarr-python's own, and writes the data with the same graph as the
+xarray path (:func:`shardwise.writer.store_dask_array`): one task per shard, any dask
+chunking, partial shards merged by their one owner. :func:`from_zarr` reads an array
+with the fan-out graph of :mod:`shardwise.fanout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardwise.errors import ChunksError, StoreExistsError, WriteError
+
+__all__ = ["array_to_zarr", "from_zarr"]
+
+_MODES = ("w-", "w", "a", "r+")
+_WORDS = ("shards", "inner", "auto")
+
+
+# -- reading -----------------------------------------------------------------------------
+def from_zarr(
+    store: Any,
+    path: str = "",
+    *,
+    chunks: str | Mapping[int, Any] | Sequence[Any] = "shards",
+    storage_options: dict[str, Any] | None = None,
+    read_options: Any = None,
+) -> Any:
+    """Read the Zarr array at ``path`` of ``store`` (a path, URL or zarr ``Store``) as a
+    ``dask.array.Array`` with the fan-out graph: one index task per shard that several
+    dask chunks share, and below it one task per dask chunk reading its inner chunks as
+    coalesced byte ranges.
+
+    ``chunks``: ``"shards"`` (default: one dask chunk per shard), ``"inner"`` (one per
+    inner chunk), ``"auto"`` (whole shards or inner chunks toward dask's
+    ``array.chunk-size``), or per axis (a tuple, or a dict by axis number) any of
+    those, an int size, a tuple of sizes, ``-1`` (the whole axis) or ``None`` (shards).
+    Sizes that cut inner chunks move to inner-chunk boundaries with a
+    :class:`~shardwise.ChunkRoundingWarning`. Zarr v2 arrays and 2022 sharding drafts
+    are read too. ``read_options``: a :class:`~shardwise.ReadOptions` or a dict.
+    """
+    from shardwise.fanout import block_sizes, fanout_array
+    from shardwise.reader import ArrayReader
+    from shardwise.storage import ReadOptions
+
+    if isinstance(read_options, Mapping):
+        read_options = ReadOptions(**read_options)
+    reader = ArrayReader.open(store, path, storage_options=storage_options, options=read_options)
+    name = path.strip("/") or "/"
+    by_axis = _chunks_by_axis(chunks, reader.ndim, name)
+    sizes = block_sizes(reader, tuple(range(reader.ndim)), by_axis, name=name)
+    return fanout_array(reader, reader, sizes, name=name, dtype=reader.dtype)
+
+
+def _chunks_by_axis(chunks: Any, ndim: int, name: str) -> Any:
+    if isinstance(chunks, str):
+        if chunks not in _WORDS:
+            raise ChunksError(
+                "unknown chunks",
+                expected='"shards", "inner", "auto", or sizes per axis (a tuple or a dict)',
+                found=repr(chunks),
+                array=name,
+                advice='Use chunks="shards" for one dask chunk per shard.',
+            )
+        return chunks
+    if isinstance(chunks, Mapping):
+        items = list(chunks.items())
+    elif isinstance(chunks, Sequence):
+        if len(chunks) != ndim:
+            raise ChunksError(
+                "chunks have the wrong number of axes",
+                expected=f"{ndim} entries, one per axis",
+                found=f"{len(chunks)}: {tuple(chunks)!r}",
+                array=name,
+            )
+        items = list(enumerate(chunks))
+    else:
+        raise ChunksError(
+            "unknown chunks",
+            expected='"shards", "inner", "auto", or sizes per axis (a tuple or a dict)',
+            found=f"{type(chunks).__name__} {chunks!r}",
+            array=name,
+        )
+    out: dict[int, Any] = {}
+    for axis, size in items:
+        if (
+            isinstance(axis, bool)
+            or not isinstance(axis, int | np.integer)
+            or not -ndim <= axis < ndim
+        ):
+            raise ChunksError(
+                "chunks name an axis the array does not have",
+                expected=f"axis numbers from {-ndim} to {ndim - 1}",
+                found=repr(axis),
+                array=name,
+            )
+        out[int(axis) % ndim] = size
+    return out
+
+
+# -- writing -----------------------------------------------------------------------------
+def array_to_zarr(
+    x: Any,
+    store: Any,
+    *,
+    path: str,
+    mode: str | None,
+    shards: Any,
+    chunks: Any,
+    compressors: Any,
+    filters: Any,
+    serializer: Any,
+    fill_value: Any,
+    attributes: Mapping[str, Any] | None,
+    dimension_names: Sequence[str | None] | None,
+    region: Any,
+    append_dim: int | None,
+    compute: bool,
+    zarr_format: int | None,
+    storage_options: dict[str, Any] | None,
+    write_empty_chunks: bool | None,
+    write_order: str,
+    shards_per_task: int | str | None,
+    encode_split: int | str | None,
+) -> Any:
+    """``shardwise.to_zarr`` for one dask array (see its docstring)."""
+    import dask
+
+    from shardwise import rectilinear as rl
+
+    name = path.strip("/") or "/"
+    mode = _mode(mode, region, append_dim, name)
+    zarr_format = 3 if zarr_format is None else zarr_format
+    if zarr_format not in (2, 3):
+        raise WriteError(
+            "unknown zarr_format", expected="2 or 3", found=repr(zarr_format), array=name
+        )
+    with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
+        existing = _existing(store, path, storage_options, mode, name)
+        creation = {
+            "shards": shards,
+            "chunks": chunks,
+            "compressors": compressors,
+            "filters": filters,
+            "serializer": serializer,
+            "fill_value": fill_value,
+            "attributes": attributes,
+            "dimension_names": dimension_names,
+        }
+        if existing is None:
+            if region is not None:
+                raise WriteError(
+                    "a region write needs an existing array",
+                    expected=f"a Zarr array at {name!r}",
+                    found="nothing there",
+                    array=name,
+                    advice="Create it first (mode='w-'), then write regions with mode='r+'.",
+                )
+            plan = _new_array(x, name, shards, chunks, zarr_format)
+            offset: tuple[int, ...] = (0,) * x.ndim
+            fresh = True
+            arr = None
+        else:
+            given = sorted(k for k, v in creation.items() if v is not None and v != "auto")
+            if given:
+                raise WriteError(
+                    "creation options were given for an array that exists",
+                    expected="no shards, chunks, codecs, fill value, attributes or dimension "
+                    "names when writing into an existing array",
+                    found=f"{', '.join(given)} (mode={mode!r})",
+                    array=name,
+                    key=_meta_key(path, existing),
+                    advice="Leave them out (the array keeps its own), or replace the array "
+                    "with mode='w'. Nothing was written.",
+                )
+            x, offset, new_shape = _into_existing(x, existing, region, append_dim, name)
+            grown = _appended_grid(existing, x, append_dim, new_shape, name)
+            fresh = False
+            arr = existing
+        # -- everything checked: now write metadata ------------------------------------------
+        if arr is None:
+            arr = _create(
+                store,
+                path,
+                x,
+                plan,
+                creation,
+                zarr_format,
+                mode,
+                storage_options,
+                write_empty_chunks,
+            )
+        elif new_shape != arr.shape:
+            arr = _grow(arr, new_shape, grown)
+        write = _write_graph(
+            x, arr, offset, write_empty_chunks, write_order, fresh, shards_per_task, encode_split
+        )
+    graph = _finish_graph(write, arr)
+    if not compute:
+        return graph
+    dask.compute(graph)
+    return arr
+
+
+def _mode(mode: str | None, region: Any, append_dim: Any, name: str) -> str:
+    if mode is None:
+        mode = "r+" if region is not None else "a" if append_dim is not None else "w-"
+    if mode not in _MODES:
+        raise WriteError("unknown mode", expected=f"one of {_MODES}", found=repr(mode), array=name)
+    if region is not None and append_dim is not None:
+        raise WriteError(
+            "region and append_dim were both given",
+            expected="one of them",
+            found=f"region={region!r}, append_dim={append_dim!r}",
+            array=name,
+        )
+    if region is not None and mode not in ("a", "r+"):
+        raise WriteError(
+            "a region write goes into an existing array",
+            expected="mode='r+' or 'a'",
+            found=f"mode={mode!r}",
+            array=name,
+        )
+    if append_dim is not None and mode != "a":
+        raise WriteError(
+            "an append goes into an existing array",
+            expected="mode='a'",
+            found=f"mode={mode!r}",
+            array=name,
+        )
+    return mode
+
+
+def _meta_key(path: str, arr: Any) -> str:
+    base = path.strip("/")
+    leaf = "zarr.json" if arr.metadata.zarr_format == 3 else ".zarray"
+    return f"{base}/{leaf}" if base else leaf
+
+
+def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str) -> Any:
+    """The zarr-python array at ``path``, None when there is nothing; refuses what
+    ``mode`` does not allow."""
+    import zarr
+
+    from shardwise.storage import read_only_store_path
+
+    try:
+        base = read_only_store_path(store, storage_options)
+    except FileNotFoundError:
+        base = None
+    node = None
+    if base is not None:
+        try:
+            node = zarr.open(base.store, path=f"{base.path}/{path}".strip("/"), mode="r")
+        except (FileNotFoundError, KeyError):
+            node = None
+    if node is not None and not isinstance(node, zarr.Array):
+        raise WriteError(
+            "a group is where the array would go",
+            expected="an array, or nothing",
+            found=f"a Zarr group at {name!r}",
+            array=name,
+            advice="Choose another path. Nothing was written.",
+        )
+    if mode == "w":
+        return None
+    if node is not None and mode == "w-":
+        raise StoreExistsError(
+            "an array exists already",
+            expected="nothing at the path (mode='w-')",
+            found=f"{node.metadata.zarr_format and 'a Zarr'} array of shape {node.shape} and "
+            f"dtype {node.dtype}",
+            array=name,
+            key=_meta_key(path, node),
+            advice="Use mode='w' to replace it, mode='a' with append_dim= to append, or "
+            "mode='r+' with region= to write part of it. Nothing was written.",
+        )
+    if node is None and mode == "r+":
+        raise WriteError(
+            "mode='r+' writes into an existing array",
+            expected=f"a Zarr array at {name!r}",
+            found="nothing there",
+            array=name,
+            advice="Create it with mode='w-'. Nothing was written.",
+        )
+    if node is None:
+        return None
+    return zarr.open_array(store, path=path, mode="r+", storage_options=storage_options)
+
+
+class _Plan:
+    """The grid of a new array: regular shards (a tuple) or rectilinear edges, and inner
+    chunks; ``shards`` None for an unsharded array with ``inner`` as its chunks."""
+
+    def __init__(
+        self, shards: tuple[int, ...] | None, edges: tuple[Any, ...] | None, inner: tuple[int, ...]
+    ):
+        self.shards, self.edges, self.inner = shards, edges, inner
+
+
+def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int]) -> tuple[int, ...]:
+    """Sizes per axis from a tuple (``-1``/None: the whole axis, or ``default``), a dict
+    by axis number, or one int for every axis."""
+    ndim = x.ndim
+    if isinstance(spec, int | np.integer) and not isinstance(spec, bool):
+        sizes: list[Any] = [int(spec)] * ndim
+    elif isinstance(spec, Mapping):
+        sizes = list(default)
+        for axis, n in spec.items():
+            if (
+                isinstance(axis, bool)
+                or not isinstance(axis, int | np.integer)
+                or not -ndim <= axis < ndim
+            ):
+                raise WriteError(
+                    f"{what} name an axis the array does not have",
+                    expected=f"axis numbers from {-ndim} to {ndim - 1}",
+                    found=repr(axis),
+                    array=name,
+                )
+            sizes[int(axis) % ndim] = n
+    elif isinstance(spec, Sequence) and not isinstance(spec, str):
+        if len(spec) != ndim:
+            raise WriteError(
+                f"{what} have the wrong number of axes",
+                expected=f"{ndim} sizes, one per axis of shape {x.shape}",
+                found=f"{what}={tuple(spec)!r}",
+                array=name,
+            )
+        sizes = list(spec)
+    else:
+        raise WriteError(
+            f"unknown {what}",
+            expected='a tuple of sizes, a dict by axis number, an int or "auto"',
+            found=repr(spec),
+            array=name,
+        )
+    out = []
+    for axis, (n, d) in enumerate(zip(sizes, default, strict=True)):
+        if n is None or n == -1:
+            n = max(1, x.shape[axis]) if what == "shards" else d
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+            raise WriteError(
+                f"{what} sizes must be positive integers",
+                expected="an int >= 1 (or -1 for the whole axis) per axis",
+                found=f"{n!r} along axis {axis}",
+                array=name,
+            )
+        out.append(int(n))
+    return tuple(out)
+
+
+def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> _Plan:
+    from shardwise import rectilinear as rl
+    from shardwise.api import DEFAULT_CHUNK_BYTES, _target_bytes, auto_shards
+
+    itemsize = x.dtype.itemsize
+    whole = tuple(max(1, n) for n in x.shape)
+    if zarr_format == 2:
+        if shards not in (None, "dask"):
+            raise WriteError(
+                "Zarr v2 has no shards",
+                expected="shards left out with zarr_format=2",
+                found=f"shards={shards!r}",
+                array=name,
+                advice="Write Zarr v3 (the default) to shard.",
+            )
+        blocks = tuple(max(1, c[0]) if c else 1 for c in x.chunks)
+        inner = (
+            blocks if chunks in (None, "auto") else _axis_sizes(chunks, x, "chunks", name, whole)
+        )
+        return _Plan(None, None, inner)
+    if shards is None or shards == "dask":
+        if 0 in x.shape or all(rl.is_regular(b) for b in x.chunks):
+            grid = tuple(max(1, c[0]) if c else 1 for c in x.chunks)
+            return _Plan(grid, None, _inner(x, name, chunks, grid, itemsize))
+        rl.check_blocks(name, [f"axis {i}" for i in range(x.ndim)], x.chunks)
+        edges = tuple(b[0] if rl.is_regular(b) and len(b) > 1 else tuple(b) for b in x.chunks)
+        if chunks in (None, "auto"):
+            target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+            dims = [f"axis {i}" for i in range(x.ndim)]
+            inner = rl.auto_inner(name, dims, edges, x.shape, itemsize, target)
+        else:
+            inner = _axis_sizes(chunks, x, "chunks", name, whole)
+        edges = tuple(
+            e if isinstance(e, int) else rl.pad(e, c) for e, c in zip(edges, inner, strict=True)
+        )
+        rl.check_inner(name, [f"axis {i}" for i in range(x.ndim)], edges, inner, x.shape)
+        return _Plan(None, edges, inner)
+    if shards == "auto":
+        grid = auto_shards(x.shape, itemsize, x.chunks)
+    else:
+        grid = _axis_sizes(shards, x, "shards", name, whole)
+    return _Plan(grid, None, _inner(x, name, chunks, grid, itemsize))
+
+
+def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    from shardwise.api import auto_chunks
+
+    if chunks in (None, "auto"):
+        return auto_chunks(grid, itemsize, x.chunks)
+    inner = _axis_sizes(chunks, x, "chunks", name, grid)
+    for axis, (s, c) in enumerate(zip(grid, inner, strict=True)):
+        if s % c:
+            fits = max(d for d in range(1, c + 1) if s % d == 0)
+            raise WriteError(
+                "the inner chunk size does not divide the shard size",
+                expected=f"an inner chunk size along axis {axis} that divides the shard size {s}",
+                found=f"inner chunks {inner} in shards {grid}",
+                array=name,
+                advice=f"Use e.g. {fits} along axis {axis}, or chunks='auto'. Nothing was written.",
+            )
+    return inner
+
+
+def _into_existing(
+    x: Any, arr: Any, region: Any, append_dim: int | None, name: str
+) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
+    """The data cast to the array's dtype, where it goes, and the array's shape after
+    the write."""
+    key = _meta_key(arr.path, arr)
+    if x.ndim != arr.ndim:
+        raise WriteError(
+            "the data has another number of axes than the array",
+            expected=f"{arr.ndim} axes (shape {arr.shape})",
+            found=f"{x.ndim} axes (shape {x.shape})",
+            array=name,
+            key=key,
+        )
+    if not np.can_cast(x.dtype, arr.dtype, casting="same_kind"):
+        raise WriteError(
+            "the data type cannot be written into the array",
+            expected=f"data castable to {arr.dtype} (same kind)",
+            found=str(x.dtype),
+            array=name,
+            key=key,
+            advice=f"Cast it first: x.astype({str(arr.dtype)!r}). Nothing was written.",
+        )
+    x = x.astype(arr.dtype, copy=False)
+    shape = tuple(arr.shape)
+    if append_dim is not None:
+        if (
+            isinstance(append_dim, bool)
+            or not isinstance(append_dim, int | np.integer)
+            or not -x.ndim <= append_dim < x.ndim
+        ):
+            raise WriteError(
+                "append_dim is not an axis of the array",
+                expected=f"an axis number from {-x.ndim} to {x.ndim - 1}",
+                found=repr(append_dim),
+                array=name,
+                key=key,
+            )
+        axis = int(append_dim) % x.ndim
+        others = [i for i in range(x.ndim) if i != axis and x.shape[i] != shape[i]]
+        if others:
+            raise WriteError(
+                "the appended data does not match the array along the other axes",
+                expected=f"shape {tuple('*' if i == axis else n for i, n in enumerate(shape))}",
+                found=f"shape {x.shape}",
+                array=name,
+                key=key,
+            )
+        offset = tuple(shape[axis] if i == axis else 0 for i in range(x.ndim))
+        new = tuple(n + x.shape[axis] if i == axis else n for i, n in enumerate(shape))
+        return x, offset, new
+    if region is None:
+        region = (slice(None),) * x.ndim
+    sl = _region(region, shape, name, key)
+    want = tuple(s.stop - s.start for s in sl)
+    if want != x.shape:
+        raise WriteError(
+            "the data does not fit the region",
+            expected=f"shape {want} (region {tuple((s.start, s.stop) for s in sl)})",
+            found=f"shape {x.shape}",
+            array=name,
+            key=key,
+        )
+    return x, tuple(s.start for s in sl), shape
+
+
+def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[slice, ...]:
+    ndim = len(shape)
+    if isinstance(region, Mapping):
+        items = dict(region)
+        bad = [
+            a
+            for a in items
+            if isinstance(a, bool) or not isinstance(a, int | np.integer) or not -ndim <= a < ndim
+        ]
+        if bad:
+            raise WriteError(
+                "region names an axis the array does not have",
+                expected=f"axis numbers from {-ndim} to {ndim - 1}",
+                found=repr(bad[0]),
+                array=name,
+                key=key,
+            )
+        per = [items.get(i, items.get(i - ndim, slice(None))) for i in range(ndim)]
+    else:
+        per = list(region) if isinstance(region, tuple | list) else [region]
+        if len(per) > ndim:
+            raise WriteError(
+                "region has more axes than the array",
+                expected=f"at most {ndim} slices",
+                found=repr(region),
+                array=name,
+                key=key,
+            )
+        per += [slice(None)] * (ndim - len(per))
+    out = []
+    for axis, (s, n) in enumerate(zip(per, shape, strict=True)):
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise WriteError(
+                "region must be slices of step 1",
+                expected="a slice per axis",
+                found=f"{s!r} along axis {axis}",
+                array=name,
+                key=key,
+            )
+        start, stop, _ = s.indices(n)
+        if (s.start is not None and not -n <= s.start <= n) or (
+            s.stop is not None and not -n <= s.stop <= n
+        ):
+            raise WriteError(
+                "region reaches past the array",
+                expected=f"slices within 0..{n} along axis {axis}",
+                found=repr(s),
+                array=name,
+                key=key,
+                advice="Grow the array with append_dim= first. Nothing was written.",
+            )
+        out.append(slice(start, max(start, stop)))
+    return tuple(out)
+
+
+def _create(
+    store: Any,
+    path: str,
+    x: Any,
+    plan: _Plan,
+    creation: Mapping[str, Any],
+    zarr_format: int,
+    mode: str,
+    storage_options: Any,
+    write_empty_chunks: bool | None,
+) -> Any:
+    import zarr
+
+    from shardwise import rectilinear as rl
+
+    kwargs: dict[str, Any] = {
+        k: creation[k] for k in ("compressors", "filters", "serializer") if creation[k] is not None
+    }
+    config: Any = (
+        {} if write_empty_chunks is None else {"write_empty_chunks": bool(write_empty_chunks)}
+    )
+    shards = plan.shards
+    if plan.edges is not None:  # created regular, then its grid written (below)
+        shards = plan.inner
+    try:
+        arr = zarr.create_array(
+            store,
+            name=path.strip("/") or None,
+            shape=x.shape,
+            dtype=x.dtype,
+            chunks=plan.inner,
+            shards=shards,
+            fill_value=creation["fill_value"],
+            attributes=dict(creation["attributes"] or {}),
+            dimension_names=creation["dimension_names"],
+            zarr_format=2 if zarr_format == 2 else 3,
+            overwrite=mode == "w",
+            storage_options=storage_options,
+            config=config,
+            **kwargs,
+        )
+    except (ValueError, TypeError) as e:
+        raise WriteError(
+            "zarr-python refused the array",
+            found=f"{type(e).__name__}: {e}",
+            array=path.strip("/") or "/",
+            advice="Check the codecs, fill value and dimension names.",
+        ) from e
+    if plan.edges is not None:
+        arr = rl.write_grid(arr, plan.edges)
+    return arr
+
+
+def _appended_grid(
+    arr: Any, x: Any, append_dim: int | None, new_shape: tuple[int, ...], name: str
+) -> list[Any] | None:
+    """The rectilinear grid after an append (the appended dask chunks become shards),
+    checked; None for a regular grid, which only grows."""
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
+
+    from shardwise import rectilinear as rl
+
+    grid = getattr(arr.metadata, "chunk_grid", None)
+    if append_dim is None or not isinstance(grid, RectilinearChunkGridMetadata):
+        return None
+    axis = int(append_dim) % arr.ndim
+    edges = list(grid.chunk_shapes)
+    inner = _inner_shape(arr)
+    rl.check_blocks(name, [f"axis {i}" for i in range(x.ndim)], x.chunks)
+    edges[axis] = rl.extend(
+        edges[axis], arr.shape[axis], new_shape[axis], x.chunks[axis], inner[axis]
+    )
+    rl.check_inner(name, [f"axis {i}" for i in range(x.ndim)], edges, inner, new_shape)
+    return edges
+
+
+def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
+    """The array resized for an append, with its new rectilinear grid if it has one."""
+    from dataclasses import replace
+
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from shardwise import rectilinear as rl
+
+    if edges is None:
+        arr.resize(new_shape)
+        return arr
+    metadata = replace(arr.metadata, shape=new_shape, chunk_grid=rl.grid_of(edges))
+    path = arr.store_path.path
+    for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
+        sync(arr.store_path.store.set(f"{path}/{key}" if path else key, buf))
+    return zarr.Array(
+        zarr.AsyncArray(metadata=metadata, store_path=arr.store_path, config=arr.async_array.config)
+    )
+
+
+def _inner_shape(arr: Any) -> tuple[int, ...]:
+    from zarr.codecs import ShardingCodec
+
+    for codec in arr.metadata.codecs:
+        if isinstance(codec, ShardingCodec):
+            return tuple(codec.chunk_shape)
+    return tuple(arr.chunks)
+
+
+def _write_graph(
+    x: Any,
+    arr: Any,
+    offset: tuple[int, ...],
+    write_empty_chunks: bool | None,
+    order: str,
+    fresh: bool,
+    shards_per_task: int | str | None,
+    encode_split: int | str | None,
+) -> Any:
+    from shardwise.api import _data_graph
+
+    region = tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True))
+    return _data_graph(
+        x,
+        arr,
+        region,
+        offset,
+        write_empty_chunks,
+        order,
+        fresh,
+        shards_per_task or 1,
+        encode_split,
+    )
+
+
+def _finish_graph(write: Any, arr: Any) -> Any:
+    """A ``dask.delayed`` returning the zarr-python array once the write is done."""
+    import uuid
+
+    from dask._task_spec import Task, TaskRef
+    from dask.highlevelgraph import HighLevelGraph
+
+    from shardwise.writer import WriteDelayed
+
+    name = f"shardwise-array-{uuid.uuid4().hex}"
+    graph = write.__dask_graph__()
+    layers = {**graph.layers, name: {name: Task(name, _done, arr, TaskRef(write.key))}}
+    deps = {**graph.dependencies, name: set(write.__dask_layers__())}
+    return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
+
+
+def _done(arr: Any, *_: Any) -> Any:
+    return arr
+
+
+def is_array(obj: Any) -> bool:
+    """Whether ``obj`` is a dask array (and not an xarray object)."""
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return False
+    return isinstance(obj, da.Array)
