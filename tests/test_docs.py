@@ -65,9 +65,13 @@ def guide_dataset() -> xr.Dataset:
 @CONSOLIDATED
 def test_user_guide_blocks_run(tmp_path, monkeypatch):
     """In a fresh directory, in page order, with the ``ds`` they assume and the stores
-    they name made first (a Zarr v2 store for reshard)."""
+    they name made first (a Zarr v2 store for reshard, an Icechunk repository)."""
+    import icechunk
+
     ds = guide_dataset()
     ds.to_zarr(tmp_path / "era5-v2.zarr", zarr_format=2, consolidated=False)
+    icechunk.set_logs_filter("error")
+    icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
     namespace = {"ds": ds, "store": str(tmp_path / "data.zarr"), "shardwise": shardwise}
     ran = run_blocks(DOCS / "user-guide.md", tmp_path, namespace, monkeypatch)
     assert ran >= 9

@@ -546,8 +546,11 @@ def _existing_node(path: Any, group: str | None) -> str | None:
     prefix = _group_prefix(group)
     for name in ("zarr.json", ".zgroup", ".zarray"):
         key = f"{path.path.rstrip('/')}/{prefix}{name}".lstrip("/")
-        if sync(path.store.exists(key)):
-            return key
+        try:
+            if sync(path.store.exists(key)):
+                return key
+        except KeyError:  # Icechunk's stores raise for Zarr v2 keys rather than say False
+            continue
     return None
 
 
@@ -591,6 +594,7 @@ def to_zarr(
     fill_value: Any = None,
     attributes: Mapping[str, Any] | None = None,
     dimension_names: Any = None,
+    commit: str | None = None,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
     does, with exactly one dask task writing each shard; or one ``dask.array.Array``
@@ -635,6 +639,14 @@ def to_zarr(
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
+
+    Icechunk
+        ``store`` may be a writable ``icechunk.Session`` (or its ``session.store``): the
+        metadata is written in the session, the data through a fork of it
+        (``session.fork()``) whose copies the tasks hand back, merged and then merged
+        into the session. Nothing is committed unless ``commit="message"`` is given;
+        then the snapshot id is returned. With ``compute=False`` the delayed computes to
+        the merged fork session: ``session.merge(delayed.compute())``, then commit.
 
     dask arrays
         ``to_zarr(x, store, path="a/b", ...)`` writes the ``dask.array.Array`` ``x`` as
@@ -704,6 +716,7 @@ def to_zarr(
             encode_split=encode_split,
             shards=shards,
             chunks=chunks,
+            commit=commit,
             **{**array_only, "path": path or ""},
         )
     if given := sorted(k for k, v in array_only.items() if v is not None):
@@ -720,6 +733,21 @@ def to_zarr(
         from zarr.storage import MemoryStore
 
         store = MemoryStore()
+    from shardwise.icechunk import icechunk_session
+
+    session = icechunk_session(store)
+    if session is not None:
+        from shardwise.icechunk import check_dataset
+
+        check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
+        store = session.store
+    elif commit is not None:
+        raise WriteError(
+            "commit= is for Icechunk sessions",
+            expected="an icechunk.Session (or its store) as the store",
+            found=f"{type(store).__name__}",
+            advice="Leave commit out: other stores have no commits. Nothing was written.",
+        )
     with rectilinear.enabled():  # zarr-python's flag, for this call only
         try:
             mode, ds, encoding, existing, zarr_format, grids = _validate(
@@ -764,7 +792,8 @@ def to_zarr(
             zstore.close()
             raise
 
-    # the data step: one graph for all dask variables
+    # the data step: one graph for all dask variables (into an Icechunk session's fork)
+    fork = session.fork() if session is not None and capture.items else None
     writes = []
     for source, target, region_, offset in capture.items:
         fresh = mode == "w" or target.basename not in existing  # no shard exists yet
@@ -779,15 +808,25 @@ def to_zarr(
                 fresh,
                 shards_per_task or 1,
                 encode_split,
+                store=None if fork is None else fork.store,
             )
         )
     if not compute:
+        if fork is not None:  # the session's store stays here: it does not pickle
+            zstore.close()
+            return _finish_graph(writes, None, sessions=True)
         return _finish_graph(writes, zstore)
     try:
         if writes:
-            dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
+            done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
+            if fork is not None:
+                from shardwise.icechunk import merge_into
+
+                merge_into(session, done)
     finally:
         zstore.close()
+    if commit is not None:
+        return session.commit(commit)
     return zstore
 
 
@@ -959,7 +998,16 @@ def _finish(zstore: Any, *writes: Any) -> Any:
     return zstore
 
 
-def _finish_graph(writes: list[Any], zstore: Any) -> Any:
+def _finish_sessions(zstore: Any, *forks: Any) -> Any:
+    """The end of an Icechunk write: the fork sessions of its variables as one."""
+    from shardwise.writer import _merge_sessions
+
+    if zstore is not None:
+        zstore.close()
+    return _merge_sessions(*forks)
+
+
+def _finish_graph(writes: list[Any], zstore: Any, *, sessions: bool = False) -> Any:
     """A ``dask.delayed`` that closes ``zstore`` and returns it once ``writes`` (each a
     ``dask.delayed``) are done. Built directly on their graphs: ``dask.delayed(f)(writes)``
     would cull each write's whole graph while building."""
@@ -974,7 +1022,14 @@ def _finish_graph(writes: list[Any], zstore: Any) -> Any:
     graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
     layers: dict[str, Any] = {
         **graph.layers,
-        name: {name: Task(name, _finish, zstore, *(TaskRef(w.key) for w in writes))},
+        name: {
+            name: Task(
+                name,
+                _finish_sessions if sessions else _finish,
+                zstore,
+                *(TaskRef(w.key) for w in writes),
+            )
+        },
     }
     deps = {**graph.dependencies, name: {layer for w in writes for layer in w.__dask_layers__()}}
     return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
@@ -990,9 +1045,13 @@ def _data_graph(
     fresh: bool,
     shards_per_task: int | str = 1,
     encode_split: int | str | None = None,
+    *,
+    store: Any = None,
 ) -> Any:
     """The delayed write of one dask variable into its zarr array (``fresh``: created
-    by this call, so no shard of it exists yet)."""
+    by this call, so no shard of it exists yet). ``store``: write through this store
+    instead of the array's (an Icechunk fork's store: the delayed then computes to the
+    fork session holding the changes)."""
     from shardwise.metadata import ArrayInfo
     from shardwise.writer import store_dask_array
 
@@ -1001,7 +1060,7 @@ def _data_graph(
         info = ArrayInfo.from_metadata(target.metadata, target.path)
         return store_dask_array(
             source.astype(info.dtype, copy=False),
-            target.store_path.store,
+            target.store_path.store if store is None else store,
             info,
             offset=offset,
             write_empty_chunks=bool(empty),
@@ -1009,6 +1068,7 @@ def _data_graph(
             fresh=fresh,
             shards_per_task=shards_per_task,
             encode_split=encode_split,
+            sessions=store is not None,
         )
     return _store_aligned(source, target, region, offset)
 

@@ -129,14 +129,28 @@ def array_to_zarr(
     write_order: str,
     shards_per_task: int | str | None,
     encode_split: int | str | None,
+    commit: str | None = None,
 ) -> Any:
     """``shardwise.to_zarr`` for one dask array (see its docstring)."""
     import dask
 
     from shardwise import rectilinear as rl
+    from shardwise.icechunk import check_session, icechunk_session, merge_into
 
     name = path.strip("/") or "/"
     mode = _mode(mode, region, append_dim, name)
+    session = icechunk_session(store)
+    if session is not None:
+        check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
+        store = session.store
+    elif commit is not None:
+        raise WriteError(
+            "commit= is for Icechunk sessions",
+            expected="an icechunk.Session (or its store) as the store",
+            found=type(store).__name__,
+            array=name,
+            advice="Leave commit out: other stores have no commits. Nothing was written.",
+        )
     zarr_format = 3 if zarr_format is None else zarr_format
     if zarr_format not in (2, 3):
         raise WriteError(
@@ -199,9 +213,23 @@ def array_to_zarr(
             )
         elif new_shape != arr.shape:
             arr = _grow(arr, new_shape, grown)
+        fork = None if session is None else session.fork()
         write = _write_graph(
-            x, arr, offset, write_empty_chunks, write_order, fresh, shards_per_task, encode_split
+            x,
+            arr,
+            offset,
+            write_empty_chunks,
+            write_order,
+            fresh,
+            shards_per_task,
+            encode_split,
+            store=None if fork is None else fork.store,
         )
+    if fork is not None:  # the delayed computes to the merged fork session
+        if not compute:
+            return write
+        merge_into(session, dask.compute(write))
+        return session.commit(commit) if commit is not None else arr
     graph = _finish_graph(write, arr)
     if not compute:
         return graph
@@ -657,6 +685,8 @@ def _write_graph(
     fresh: bool,
     shards_per_task: int | str | None,
     encode_split: int | str | None,
+    *,
+    store: Any = None,
 ) -> Any:
     from shardwise.api import _data_graph
 
@@ -671,6 +701,7 @@ def _write_graph(
         fresh,
         shards_per_task or 1,
         encode_split,
+        store=store,
     )
 
 

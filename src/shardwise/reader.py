@@ -389,7 +389,27 @@ class ArrayReader:
                 for m in members:
                     result[wanted[m]] = memoryview(b"")
                 return
-            buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
+            try:
+                buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
+            except Exception as e:
+                if not (extra and _out_of_bounds(e)):
+                    raise
+                # a store that refuses a range past the object's end (Icechunk) rather
+                # than return it short: the object ends before the read-on's end, so the
+                # range reaching furthest lies in the index's bytes, or past the end
+                r, inner = max(((ranges[m], wanted[m]) for m in members), key=lambda x: x[0].stop)
+                raise TruncatedShardError(
+                    "inner chunk lies outside the shard object's data",
+                    expected=f"offset + nbytes at least {extra} bytes (the index) before the "
+                    "object's end",
+                    found=f"bytes [{r.start}, {r.stop}), and the object ends before byte "
+                    f"{req.stop + extra} ({type(e).__name__}: {str(e).splitlines()[0]})",
+                    array=info.name,
+                    key=key,
+                    chunk=inner,
+                    advice="The shard index is corrupt or the shard truncated; rewrite the "
+                    "shard from its source.",
+                ) from e
             if buf is not None and extra:
                 self._check_data_end(
                     key, req, buf, extra, [(ranges[m], wanted[m]) for m in members]
@@ -519,6 +539,13 @@ async def read_index_region(
     if raw is not None and len(raw) > fmt.nbytes:
         raw = raw[-fmt.nbytes :]
     return raw, requests
+
+
+def _out_of_bounds(e: Exception) -> bool:
+    """Whether a ranged get failed because the range reaches past the object's end, as
+    Icechunk's stores say it (``InvalidInputError: byte range ... is out of bounds``)
+    where other stores return the bytes there are."""
+    return type(e).__name__ == "InvalidInputError" and "out of bounds" in str(e)
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

@@ -360,9 +360,13 @@ class _Target:
         write_empty_chunks: bool,
         order: str,
         fresh: bool = False,
+        sessions: bool = False,
     ) -> None:
         self.store = store
         self.info = info
+        # an Icechunk fork's store: every writing task hands back the fork session that
+        # holds its changes, for the done tree to merge
+        self.sessions = sessions
         self.offset = offset
         self.region = region
         self.write_empty_chunks = write_empty_chunks
@@ -376,6 +380,11 @@ class _Target:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cache = {}
+
+    def session(self) -> Any:
+        """The Icechunk fork session this process's writes went into (None unless the
+        write collects sessions)."""
+        return self.store.session if self.sessions else None
 
     def encoder(self, shape: tuple[int, ...]) -> ChunkEncoder:
         key = ("enc", shape)
@@ -558,7 +567,37 @@ def _encode_block(
             chunk = target.padded(shard, block[_local(boxes[inner], box)])
             target.add_chunk(builder, shard, inner, chunk)
         target.put(shard, builder.finish(target.store), existed=None)
-    return {shard: _contribution(block, box, shard, target) for shard in gathered}
+    parts = _Parts({shard: _contribution(block, box, shard, target) for shard in gathered})
+    parts.session = target.session()
+    return parts
+
+
+class _Parts(dict[Any, Any]):
+    """A block task's parts of the shards it shares, by shard; ``session`` is the
+    Icechunk fork session holding the shards the task wrote whole (or None)."""
+
+    session: Any = None
+
+
+def _session_of(parts: _Parts) -> Any:
+    """A block task's fork session alone (run beside the parts, so only it travels)."""
+    return parts.session
+
+
+def _merge_sessions(*results: Any) -> Any:
+    """A done-tree task of a write that collects Icechunk fork sessions: the sessions
+    its tasks handed back, merged into one (each distinct object once)."""
+    seen: dict[int, Any] = {}
+    for r in results:
+        r = r.session if isinstance(r, _Parts) else r
+        if r is not None:
+            seen.setdefault(id(r), r)
+    if not seen:
+        return None
+    first, *rest = seen.values()
+    if rest:
+        first.merge(*rest)
+    return first
 
 
 def _encode_batch(
@@ -584,7 +623,7 @@ def _pick(parts: dict[Shard, Contribution], shard: Shard) -> dict[Shard, Contrib
 
 def _write_shard(
     shard: Shard, covered: bool, target: _Target, *blocks: dict[Shard, Contribution]
-) -> None:
+) -> Any:
     """Assemble and store one shard from the parts of the blocks touching it."""
     info = target.info
     region = target.region
@@ -630,6 +669,7 @@ def _write_shard(
         elif inner in existing and _intersect(boxes[inner], region) is None:
             builder.add(inner, existing[inner])  # untouched: kept as bytes
     target.put(shard, builder.finish(target.store), existed=existed)
+    return target.session()
 
 
 def _done(*_: Any) -> None:
@@ -928,9 +968,15 @@ def store_dask_array(
     fresh: bool = False,
     shards_per_task: int | str = 1,
     encode_split: int | str | None = None,
+    sessions: bool = False,
 ) -> Any:
     """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
     ``info`` of ``store`` at ``offset``; it computes to None.
+
+    ``sessions=True``, for the store of an Icechunk fork session: every task that puts
+    shards hands back its process's copy of the fork, and the delayed computes to one
+    fork session holding all the changes (merged through the done tree), to merge into
+    the session the fork came from.
 
     One encode task per block; a shard that one block covers whole is written by that
     block's task, every other shard by a task of its own that gathers the encoded inner
@@ -988,9 +1034,11 @@ def store_dask_array(
         fresh,
         per_task,
         cut,
+        sessions,
     )
     names = {
-        part: f"shardwise-{part}-{token}" for part in ("target", "encode", "split", "shard", "done")
+        part: f"shardwise-{part}-{token}"
+        for part in ("target", "encode", "split", "shard", "session", "done")
     }
     target = _Target(
         store,
@@ -1000,7 +1048,9 @@ def store_dask_array(
         write_empty_chunks=write_empty_chunks,
         order=order,
         fresh=fresh,
+        sessions=sessions,
     )
+    combine = _merge_sessions if sessions else _done
     target_key = names["target"]
     target_graph = HighLevelGraph(
         {target_key: {target_key: DataNode(target_key, target)}}, {target_key: set()}
@@ -1028,7 +1078,7 @@ def store_dask_array(
     encode_keys: list[Any]
     if not plan.ngathered:  # every shard is written by its block's task
         encode_keys = [(names["encode"], *b) for b in np.ndindex(*plan.numblocks)]
-        return wait_for(names["done"], HighLevelGraph(layers, deps), encode_keys)
+        return wait_for(names["done"], HighLevelGraph(layers, deps), encode_keys, combine=combine)
 
     # shard tasks gather the parts of the blocks touching their shards; a block with
     # parts for several of them gets a split task per shard, so each part travels alone
@@ -1056,4 +1106,15 @@ def store_dask_array(
         deps[names["shard"]].add(names["split"])
     # the blocks that feed no shard task are waited for directly
     encode_keys = [(names["encode"], *map(int, b)) for b in np.argwhere(gathered == 0)]
-    return wait_for(names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards])
+    if sessions:  # and the fork sessions of those that do, taken beside their parts
+        session_layer = {}
+        for where in np.argwhere(gathered > 0).tolist():
+            key = (names["session"], *where)
+            session_layer[key] = Task(key, _session_of, TaskRef((names["encode"], *where)))
+        if session_layer:
+            layers[names["session"]] = session_layer
+            deps[names["session"]] = {names["encode"]}
+            encode_keys += list(session_layer)
+    return wait_for(
+        names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards], combine=combine
+    )
