@@ -719,6 +719,29 @@ def to_zarr(
             commit=commit,
             **{**array_only, "path": path or ""},
         )
+    import xarray as xr
+
+    if isinstance(obj, xr.DataTree):
+        return _tree_to_zarr(
+            obj,
+            store,
+            mode=mode,
+            group=group,
+            encoding=encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            shards=shards,
+            chunks=chunks,
+            write_order=write_order,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+        )
     if given := sorted(k for k, v in array_only.items() if v is not None):
         raise WriteError(
             "options for a single dask array were given with a Dataset",
@@ -830,6 +853,66 @@ def to_zarr(
     return zstore
 
 
+def _tree_to_zarr(
+    tree: Any,
+    store: Any,
+    *,
+    mode: str | None,
+    group: str | None,
+    encoding: Mapping[str, Any] | None,
+    compute: bool,
+    consolidated: bool | None,
+    append_dim: Hashable | None,
+    chunkmanager_store_kwargs: dict[str, Any] | None,
+    **options: Any,
+) -> Any:
+    """``DataTree.to_zarr`` with the shard writer: every node's dataset written to its
+    group (its own coordinates, the root's inherited ones at the root), with the same
+    refusals as xarray's, the data of all nodes in one dask computation."""
+    import dask
+    import zarr
+
+    if group is not None:
+        raise NotImplementedError("specifying a root group for the tree has not been implemented")
+    if append_dim is not None:
+        raise NotImplementedError(
+            "specifying ``append_dim`` with ``DataTree.to_zarr`` has not been implemented"
+        )
+    encoding = dict(encoding or {})
+    if set(encoding) - set(tree.groups):
+        raise ValueError(
+            f"unexpected encoding group name(s) provided: {set(encoding) - set(tree.groups)}"
+        )
+    if store is None:
+        from zarr.storage import MemoryStore
+
+        store = MemoryStore()
+    writes = []
+    for rel_path, node in tree.subtree_with_keys:
+        at_root = node is tree
+        writes.append(
+            to_zarr(
+                node.to_dataset(inherit=at_root),
+                store,
+                mode=mode,
+                group=None if at_root else rel_path,
+                encoding=encoding.get(node.path),
+                compute=False,
+                consolidated=False,
+                **options,
+            )
+        )
+        mode = "a" if mode in (None, "w", "w-") else mode  # the root made the store
+    stores = dask.compute(*writes, **(chunkmanager_store_kwargs or {})) if compute else None
+    if consolidated or consolidated is None:  # as xarray: consolidated unless told not to
+        root = zarr.open_group(store, mode="r+", storage_options=options.get("storage_options"))
+        zarr.consolidate_metadata(root.store_path)
+    if not compute:
+        return writes[0] if len(writes) == 1 else dask.delayed(list)(writes)
+    assert stores is not None
+    return stores[0]
+
+
 def _validate(
     ds: Any,
     store: Any,
@@ -851,9 +934,10 @@ def _validate(
     arrays that exist already, the Zarr format (when not given: the existing
     group's, when the call adds to one, else 3) and the rectilinear grids of new
     arrays."""
-    from xarray.backends.writers import get_writable_zarr_store
+    from xarray.backends.writers import _validate_dataset_names, get_writable_zarr_store
     from xarray.backends.zarr import _choose_default_mode
 
+    _validate_dataset_names(ds)  # xarray's own refusal and text, as Dataset.to_zarr does first
     if write_order not in WRITE_ORDERS:
         raise WriteError(
             "unknown write order",

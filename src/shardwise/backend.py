@@ -55,6 +55,17 @@ class ShardwiseBackendArray(BackendArray):
             key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read
         )
 
+    async def async_getitem(self, key: Any) -> np.ndarray:
+        """``Dataset.load_async`` and ``Variable.load_async``: the read's requests go out
+        on the caller's event loop (coalesced, index cache shared), its decoding in one
+        worker thread."""
+        from xarray.core import indexing
+
+        result: np.ndarray = await indexing.async_explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read_async
+        )
+        return result
+
 
 class _ShardwiseDataStore(AbstractDataStore):
     """xarray's ``ZarrStore`` for metadata, shardwise readers for the data."""
@@ -216,8 +227,9 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)
+    kwargs.setdefault("mode", "r")
     try:
-        return opener(where, group=group, mode="r", consolidate_on_close=False, **kwargs)
+        return opener(where, group=group, consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:
         raise NotAZarrStoreError(
             "not a Zarr store",
@@ -280,6 +292,7 @@ def _zarr_or_draft(
     consolidated: bool | None,
     storage_options: dict[str, Any] | None,
     zarr_format: int | None,
+    **open_kwargs: Any,
 ) -> tuple[Any, Any]:
     """xarray's zarr store(s) of ``open_group`` (``many``: of it and every group below)
     and None; or, where zarr-python refuses the root because it is a store of the 2022
@@ -294,6 +307,7 @@ def _zarr_or_draft(
                 consolidated=consolidated,
                 storage_options=storage_options,
                 zarr_format=zarr_format,
+                **open_kwargs,
             )
     except Exception as e:
         draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
@@ -311,35 +325,45 @@ def open_backend_dataset(
     storage_options: dict[str, Any] | None,
     zarr_format: int | None,
     read_options: ReadOptions | Mapping[str, Any] | None,
+    mode: str = "r",
+    store: Any = None,
+    cache_members: bool = True,
     **decode: Any,
 ) -> tuple[Dataset, dict[str, ArrayReader]]:
     """The lazily indexed, CF-decoded Dataset ``engine="shardwise"`` returns, and the
-    reader of each variable shardwise reads (by variable name)."""
+    reader of each variable shardwise reads (by variable name). ``store``: an xarray
+    ``ZarrStore`` opened already (as ``engine="zarr"`` takes it), used instead of
+    opening ``filename_or_obj``."""
     from xarray.backends.store import StoreBackendEntrypoint
     from xarray.core.utils import close_on_error
 
     options = _read_options(read_options)
-    zarr_store, draft = _zarr_or_draft(
-        filename_or_obj,
-        group=group,
-        open_group=group,
-        many=False,
-        depth=1,
-        consolidated=consolidated,
-        storage_options=storage_options,
-        zarr_format=zarr_format,
-    )
-    store: Any = (
+    if store is not None:
+        zarr_store, draft = store, None
+    else:
+        zarr_store, draft = _zarr_or_draft(
+            filename_or_obj,
+            group=group,
+            open_group=group,
+            many=False,
+            depth=1,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            mode=mode,
+            cache_members=cache_members,
+        )
+    data_store: Any = (
         _ShardwiseDataStore(zarr_store, options)
         if draft is None
         else _DraftDataStore(draft, group or "", options)
     )
     with (
         _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1),
-        close_on_error(store),
+        close_on_error(data_store),
     ):
-        ds = StoreBackendEntrypoint().open_dataset(store, **decode)
-    return ds, store.readers
+        ds = StoreBackendEntrypoint().open_dataset(data_store, **decode)
+    return ds, data_store.readers
 
 
 class ShardwiseBackendEntrypoint(BackendEntrypoint):
@@ -363,9 +387,14 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         "use_cftime",
         "decode_timedelta",
         "group",
+        "mode",
         "consolidated",
         "storage_options",
         "zarr_format",
+        "store",
+        "engine",
+        "use_zarr_fill_value_as_mask",
+        "cache_members",
         "read_options",
     )
 
@@ -385,11 +414,20 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         use_cftime: bool | None = None,
         decode_timedelta: Any = None,
         group: str | None = None,
+        mode: str = "r",
         consolidated: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         zarr_format: int | None = None,
+        store: Any = None,
+        engine: Any = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        cache_members: bool = True,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> Dataset:
+        # as engine="zarr": `engine` is accepted and unused, and the fill-value masking
+        # follows the Zarr format (use_zarr_fill_value_as_mask is accepted and, as there,
+        # not passed on)
+        del engine, use_zarr_fill_value_as_mask
         ds, _ = open_backend_dataset(
             filename_or_obj,
             mask_and_scale=mask_and_scale,
@@ -404,14 +442,49 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
             storage_options=storage_options,
             zarr_format=zarr_format,
             read_options=read_options,
+            mode=mode,
+            store=store,
+            cache_members=cache_members,
         )
         return ds
 
-    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
+    def open_datatree(
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: Any = True,
+        concat_characters: bool = True,
+        decode_coords: Any = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: Any = None,
+        group: str | None = None,
+        mode: str = "r",
+        consolidated: bool | None = None,
+        storage_options: dict[str, Any] | None = None,
+        zarr_format: int | None = None,
+        read_options: ReadOptions | Mapping[str, Any] | None = None,
+    ) -> DataTree:
         from xarray.backends.common import datatree_from_dict_with_io_cleanup
 
         return datatree_from_dict_with_io_cleanup(
-            self.open_groups_as_dict(filename_or_obj, **kwargs)
+            self.open_groups_as_dict(
+                filename_or_obj,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                drop_variables=drop_variables,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+                group=group,
+                mode=mode,
+                consolidated=consolidated,
+                storage_options=storage_options,
+                zarr_format=zarr_format,
+                read_options=read_options,
+            )
         )
 
     def open_groups_as_dict(
@@ -426,6 +499,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         use_cftime: bool | None = None,
         decode_timedelta: Any = None,
         group: str | None = None,
+        mode: str = "r",
         consolidated: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         zarr_format: int | None = None,
@@ -447,6 +521,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
             consolidated=consolidated,
             storage_options=storage_options,
             zarr_format=zarr_format,
+            mode=mode,
         )
         if draft is not None:
             zarr_stores = {

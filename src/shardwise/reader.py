@@ -202,6 +202,29 @@ class ArrayReader:
     def read(self, selection: Sequence[int | slice | npt.ArrayLike]) -> npt.NDArray[Any]:
         """Read an outer selection: per dimension an int (the dimension is dropped), a
         slice (any step) or a 1-d integer array."""
+        sel, shape, out = self._output(selection)
+        if out.size:
+            self._execute(self.info.layout.plan(sel), out)
+        return out.reshape(shape)
+
+    async def read_async(
+        self, selection: Sequence[int | slice | npt.ArrayLike]
+    ) -> npt.NDArray[Any]:
+        """:meth:`read` in the caller's event loop: the requests go out on it (with the
+        same coalescing and index cache), and the decoding runs in one worker thread, so
+        the loop stays free while several reads are under way."""
+        sel, shape, out = self._output(selection)
+        if out.size:
+            plan = self.info.layout.plan(sel)
+            fetched = await self._fetch_all(plan)
+            await asyncio.to_thread(self._place, plan, fetched, out)
+        return out.reshape(shape)
+
+    def _output(
+        self, selection: Sequence[int | slice | npt.ArrayLike]
+    ) -> tuple[list[slice | npt.ArrayLike], tuple[int, ...], npt.NDArray[Any]]:
+        """The selection with ints made slices, the result's shape (ints dropped), and
+        the output array to read into."""
         if len(selection) != self.ndim:
             raise IndexError(f"expected {self.ndim} indexers, got {len(selection)}")
         sel: list[slice | npt.ArrayLike] = []
@@ -219,9 +242,7 @@ class ArrayReader:
         # the output first: a selection too large for memory fails here, at once, before
         # its inner chunks are listed
         out = np.empty(tuple(map(out_len, layout.dims, sel)), dtype=self.dtype)
-        if out.size:
-            self._execute(layout.plan(sel), out)
-        return out.reshape(tuple(n for i, n in enumerate(out.shape) if i not in drop))
+        return sel, tuple(n for i, n in enumerate(out.shape) if i not in drop), out
 
     # -- execution -----------------------------------------------------------------------
     def _execute(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
@@ -230,6 +251,10 @@ class ArrayReader:
         fetched = self._fetch_local(plan)
         if fetched is None:
             fetched = sync(self._fetch_all(plan))
+        self._place(plan, fetched, out)
+
+    def _place(self, plan: ReadPlan, fetched: list[Fetched], out: npt.NDArray[Any]) -> None:
+        """Decode the fetched inner chunks of ``plan`` into ``out``."""
         fill = self.info.fill_value
         for shard_read, data in zip(plan.shards, fetched, strict=True):
             if data is None:

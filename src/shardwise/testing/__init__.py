@@ -18,7 +18,7 @@ from typing import Any, Self
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.storage import WrapperStore
 
-__all__ = ["CountingStore", "LatencyStore", "Request", "RequestLog"]
+__all__ = ["CountingStore", "LatencyStore", "Overlap", "Request", "RequestLog"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,17 +155,34 @@ class CountingStore(WrapperStore[Store]):
         super().delete_sync(key)
 
 
+class Overlap:
+    """How many requests a :class:`LatencyStore` (and the copies zarr-python makes of
+    it) has under way now, and the most it had at once."""
+
+    __slots__ = ("now", "peak")
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    def __repr__(self) -> str:
+        return f"Overlap(now={self.now}, peak={self.peak})"
+
+
 class LatencyStore(WrapperStore[Store]):
     """Wraps a store and waits ``delay`` seconds (asynchronously, so concurrent requests
     overlap as they would over a network) before every get, set, delete, existence
-    check and listing. Picklable: copies on dask workers keep the delay."""
+    check and listing. ``overlap`` (an :class:`Overlap`, shared with zarr-python's
+    copies of the store) counts the requests under way at once in this process.
+    Picklable: copies on dask workers keep the delay (and count their own overlap)."""
 
-    def __init__(self, store: Store, delay: float = 0.02) -> None:
+    def __init__(self, store: Store, delay: float = 0.02, overlap: Overlap | None = None) -> None:
         super().__init__(store)
         self.delay = float(delay)
+        self.overlap = overlap if overlap is not None else Overlap()
 
     def _with_store(self, store: Store) -> Self:
-        return type(self)(store, self.delay)
+        return type(self)(store, self.delay, self.overlap)
 
     def __str__(self) -> str:
         return f"latency{self.delay:g}s-{self._store}"
@@ -184,8 +201,14 @@ class LatencyStore(WrapperStore[Store]):
         await asyncio.sleep(self.delay)
 
     async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
-        await self._wait()
-        return await self._store.get(key, prototype, byte_range)
+        o = self.overlap
+        o.now += 1
+        o.peak = max(o.peak, o.now)
+        try:
+            await self._wait()
+            return await self._store.get(key, prototype, byte_range)
+        finally:
+            o.now -= 1
 
     async def get_partial_values(
         self, prototype: Any, key_ranges: Iterable[tuple[str, ByteRequest | None]]
