@@ -970,3 +970,85 @@ def test_errors_of_input_are_one_line_and_exit_2():
     result = CliRunner().invoke(_fail, ["ok", "--json", "--storage-option", "anon=true"])
     doc = {"json": True, "progress": False, "options": {"anon": True}}  # no terminal here
     assert json.loads(result.stdout) == doc
+
+
+def test_docs_show_real_verifies(good_store, tmp_path):
+    """The verify examples: a good store, one with a flipped byte in a shard index, no
+    store at all; each command's output and exit status as docs/cli.md shows them."""
+    shutil.copytree(good_store, tmp_path / "weather.zarr")
+    shutil.copytree(good_store, tmp_path / "damaged.zarr")
+    flip(tmp_path / "damaged.zarr/temperature/c/2/0", -10)
+    cases = {
+        "shardwise verify weather.zarr": (0, "stdout"),
+        "shardwise verify weather.zarr --decode --json": (0, "stdout"),
+        "shardwise verify damaged.zarr": (1, "stdout"),
+        "shardwise verify damaged.zarr --json": (1, "stdout"),
+        "shardwise verify nowhere.zarr": (2, "stderr"),
+        "shardwise verify weather.zarr --storage-option anon=true": (2, "stderr"),
+    }
+    procs = run_all(*(shlex.split(c)[1:] for c in cases), cwd=tmp_path)
+    for (command, (status, stream)), proc in zip(cases.items(), procs, strict=True):
+        assert proc.returncode == status, (command, proc.stderr)
+        assert getattr(proc, stream) == documented(command), command
+    # the statuses the docs show with `echo $?` after the first command of each kind
+    assert [documented("echo $?", i).strip() for i in range(3)] == ["0", "1", "2"]
+
+
+def test_docs_show_real_migration_refusals_and_resumption(good_store, tmp_path):
+    shutil.copytree(LEGACY / "compressors", tmp_path / "draft.zarr")
+    shutil.copytree(good_store, tmp_path / "weather.zarr")
+    assert run("migrate", "draft.zarr", "migrated.zarr", cwd=tmp_path).returncode == 0
+    command = "shardwise verify migrated.zarr"
+    proc = run(*shlex.split(command)[1:], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == documented(command)
+    command = "shardwise migrate weather.zarr w.zarr"
+    proc = run(*shlex.split(command)[1:], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == documented(command)
+    shutil.copytree(tmp_path / "migrated.zarr", tmp_path / "partial.zarr")
+    root = tmp_path / "partial.zarr"
+    shard = next(
+        p for p in sorted(root.rglob("*")) if p.is_file() and "c" in p.relative_to(root).parts
+    )
+    shard.unlink()  # an interrupted run: one shard missing
+    command = "shardwise migrate draft.zarr partial.zarr --mode a"
+    proc = run(*shlex.split(command)[1:], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == documented(command)
+    same_as_source(tmp_path / "partial.zarr", tmp_path / "draft.zarr")
+
+
+def test_docs_show_real_object_store_runs(s3, tmp_path):
+    """The S3 examples against moto's server: the docs' port (5555) and bucket (archive)
+    are the server's; the output is the documented one."""
+    shutil.copytree(LEGACY / "compressors", tmp_path / "draft.zarr")
+    s3.boto3().create_bucket(Bucket="archive")
+    documented_endpoint = "http://127.0.0.1:5555"
+    for command in (
+        "shardwise migrate draft.zarr s3://archive/migrated.zarr "
+        f"--dst-storage-option endpoint_url={documented_endpoint}",
+        f"shardwise verify s3://archive/migrated.zarr --storage-option endpoint_url={documented_endpoint} "
+        """--storage-option 'client_kwargs={"region_name": "us-east-1"}'""",
+    ):
+        real = command.replace(documented_endpoint, s3.endpoint)
+        proc = run(*shlex.split(real)[1:], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == documented(command), command
+
+
+@pytest.mark.slow
+def test_docs_show_real_cluster_runs(scheduler, tmp_path):
+    """The cluster examples: --workers 4 (a LocalCluster for the run), --scheduler (the
+    docs' address is this test's scheduler), and a scheduler that does not answer."""
+    shutil.copytree(LEGACY / "compressors", tmp_path / "draft.zarr")
+    local = "shardwise migrate draft.zarr local-cluster.zarr --workers 4"
+    remote = "shardwise migrate draft.zarr on-cluster.zarr --scheduler tcp://127.0.0.1:8786 --json"
+    proc = run(*shlex.split(local)[1:], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == documented(local), proc.stderr
+    real = remote.replace("tcp://127.0.0.1:8786", scheduler)
+    proc = run(*shlex.split(real)[1:], cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == documented(remote), proc.stderr
+    timeout = "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=2s shardwise migrate draft.zarr c6.zarr --scheduler tcp://127.0.0.1:1"
+    variable, command = timeout.split(" ", 1)
+    key, value = variable.split("=")
+    proc = run(*shlex.split(command)[1:], cwd=tmp_path, env={key: value})
+    assert proc.returncode == 2 and proc.stderr == documented(timeout)
+    assert not (tmp_path / "c6.zarr").exists()

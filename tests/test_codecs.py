@@ -75,6 +75,23 @@ def test_big_endian_chunks_come_out_native():
     np.testing.assert_array_equal(out, [1, 2, 3])
 
 
+def one_chunk_array(path, codecs):
+    """A 6 x 4 float64 array of one chunk through ``codecs`` (a transpose, the bytes
+    codec, compressors), as zarr-python makes it."""
+    return zarr.create_array(
+        path,
+        shape=(6, 4),
+        chunks=(6, 4),
+        dtype="f8",
+        fill_value=0.0,
+        filters=[c for c in codecs if isinstance(c, zarr.codecs.TransposeCodec)],
+        serializer=next(c for c in codecs if isinstance(c, BytesCodec)),
+        compressors=[
+            c for c in codecs if not isinstance(c, BytesCodec | zarr.codecs.TransposeCodec)
+        ],
+    )
+
+
 @pytest.mark.parametrize("fill", [np.nan, 0.0, -1.0])
 def test_is_fill(fill):
     from shardwise.codecs import is_fill
@@ -107,18 +124,7 @@ def test_encoder_output_decodes_with_zarr(tmp_path, codecs):
     from shardwise.codecs import ChunkEncoder
 
     data = np.arange(24.0).reshape(6, 4)
-    arr = zarr.create_array(
-        tmp_path / "b",
-        shape=(6, 4),
-        chunks=(6, 4),
-        dtype="f8",
-        fill_value=0.0,
-        filters=[c for c in codecs if isinstance(c, zarr.codecs.TransposeCodec)],
-        serializer=next(c for c in codecs if isinstance(c, BytesCodec)),
-        compressors=[
-            c for c in codecs if not isinstance(c, BytesCodec | zarr.codecs.TransposeCodec)
-        ],
-    )
+    arr = one_chunk_array(tmp_path / "b", codecs)
     enc = ChunkEncoder(arr.metadata.codecs, (6, 4), arr.metadata.data_type, 0.0)
     enc = pickle.loads(pickle.dumps(enc))  # as it travels to dask workers
     assert enc._fast is not None
@@ -146,18 +152,7 @@ def test_decode_into_writes_the_chunk_in_place_where_the_chain_allows(tmp_path, 
     """decode_into gives what decode gives (checked against zarr-python's own encoding),
     straight into the caller's memory, and leaves that memory alone where it cannot."""
     data = np.random.default_rng(1).normal(size=(6, 4)).round(2)
-    arr = zarr.create_array(
-        tmp_path / "b",
-        shape=(6, 4),
-        chunks=(6, 4),
-        dtype="f8",
-        fill_value=0.0,
-        filters=[c for c in codecs if isinstance(c, zarr.codecs.TransposeCodec)],
-        serializer=next(c for c in codecs if isinstance(c, BytesCodec)),
-        compressors=[
-            c for c in codecs if not isinstance(c, BytesCodec | zarr.codecs.TransposeCodec)
-        ],
-    )
+    arr = one_chunk_array(tmp_path / "b", codecs)
     arr[...] = data
     encoded = (tmp_path / "b" / "c" / "0" / "0").read_bytes()
     dec = ChunkDecoder(arr.metadata.codecs, (6, 4), arr.metadata.data_type, 0.0, array="b")

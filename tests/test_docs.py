@@ -78,6 +78,12 @@ def test_user_guide_blocks_run(tmp_path, monkeypatch):
     assert isinstance(namespace["report"], shardwise.VerifyReport) and namespace["report"].ok
 
 
+def test_inventory_page_blocks_run(tmp_path, monkeypatch):
+    namespace: dict = {}
+    assert run_blocks(DOCS / "inventory.md", tmp_path, namespace, monkeypatch) == 6
+    assert int(namespace["ds"].present.sum()) < namespace["ds"].present.size  # NaN left out
+
+
 @CONSOLIDATED
 def test_user_guide_s3_block(s3, bucket, tmp_path, monkeypatch):
     """The object-store block against moto's S3 server: its placeholders (endpoint,

@@ -765,12 +765,9 @@ def to_zarr(
         check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
     elif commit is not None:
-        raise WriteError(
-            "commit= is for Icechunk sessions",
-            expected="an icechunk.Session (or its store) as the store",
-            found=f"{type(store).__name__}",
-            advice="Leave commit out: other stores have no commits. Nothing was written.",
-        )
+        from shardwise.icechunk import refuse_commit
+
+        refuse_commit(store)
     with rectilinear.enabled():  # zarr-python's flag, for this call only
         try:
             mode, ds, encoding, existing, zarr_format, grids = _validate(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.errors import ChunksError, StoreExistsError, WriteError
+from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
 
 __all__ = ["array_to_zarr", "from_zarr"]
 
@@ -89,20 +89,31 @@ def _chunks_by_axis(chunks: Any, ndim: int, name: str) -> Any:
             array=name,
         )
     out: dict[int, Any] = {}
-    for axis, size in items:
-        if (
-            isinstance(axis, bool)
-            or not isinstance(axis, int | np.integer)
-            or not -ndim <= axis < ndim
-        ):
-            raise ChunksError(
-                "chunks name an axis the array does not have",
-                expected=f"axis numbers from {-ndim} to {ndim - 1}",
-                found=repr(axis),
-                array=name,
-            )
-        out[int(axis) % ndim] = size
+    for value, size in items:
+        if (axis := _axis(value, ndim)) is None:
+            raise _no_axis(ChunksError, "a key of chunks", value, ndim, name)
+        out[axis] = size
     return out
+
+
+def _axis(value: Any, ndim: int) -> int | None:
+    """``value`` as an axis number from 0 to ``ndim - 1`` (negative ones count from the
+    end), or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return None
+    return int(value) % ndim if -ndim <= value < ndim else None
+
+
+def _no_axis(
+    kind: type[ShardwiseError], what: str, value: Any, ndim: int, name: str, key: str | None = None
+) -> ShardwiseError:
+    return kind(
+        f"{what} is not an axis of the array",
+        expected=f"axis numbers from {-ndim} to {ndim - 1}",
+        found=repr(value),
+        array=name,
+        key=key,
+    )
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -135,7 +146,7 @@ def array_to_zarr(
     import dask
 
     from shardwise import rectilinear as rl
-    from shardwise.icechunk import check_session, icechunk_session, merge_into
+    from shardwise.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 
     name = path.strip("/") or "/"
     mode = _mode(mode, region, append_dim, name)
@@ -144,13 +155,7 @@ def array_to_zarr(
         check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
     elif commit is not None:
-        raise WriteError(
-            "commit= is for Icechunk sessions",
-            expected="an icechunk.Session (or its store) as the store",
-            found=type(store).__name__,
-            array=name,
-            advice="Leave commit out: other stores have no commits. Nothing was written.",
-        )
+        refuse_commit(store, name)
     zarr_format = 3 if zarr_format is None else zarr_format
     if zarr_format not in (2, 3):
         raise WriteError(
@@ -341,19 +346,10 @@ def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int])
         sizes: list[Any] = [int(spec)] * ndim
     elif isinstance(spec, Mapping):
         sizes = list(default)
-        for axis, n in spec.items():
-            if (
-                isinstance(axis, bool)
-                or not isinstance(axis, int | np.integer)
-                or not -ndim <= axis < ndim
-            ):
-                raise WriteError(
-                    f"{what} name an axis the array does not have",
-                    expected=f"axis numbers from {-ndim} to {ndim - 1}",
-                    found=repr(axis),
-                    array=name,
-                )
-            sizes[int(axis) % ndim] = n
+        for value, n in spec.items():
+            if (axis := _axis(value, ndim)) is None:
+                raise _no_axis(WriteError, f"a key of {what}", value, ndim, name)
+            sizes[axis] = n
     elif isinstance(spec, Sequence) and not isinstance(spec, str):
         if len(spec) != ndim:
             raise WriteError(
@@ -474,19 +470,8 @@ def _into_existing(
     x = x.astype(arr.dtype, copy=False)
     shape = tuple(arr.shape)
     if append_dim is not None:
-        if (
-            isinstance(append_dim, bool)
-            or not isinstance(append_dim, int | np.integer)
-            or not -x.ndim <= append_dim < x.ndim
-        ):
-            raise WriteError(
-                "append_dim is not an axis of the array",
-                expected=f"an axis number from {-x.ndim} to {x.ndim - 1}",
-                found=repr(append_dim),
-                array=name,
-                key=key,
-            )
-        axis = int(append_dim) % x.ndim
+        if (axis := _axis(append_dim, x.ndim)) is None:
+            raise _no_axis(WriteError, "append_dim", append_dim, x.ndim, name, key)
         others = [i for i in range(x.ndim) if i != axis and x.shape[i] != shape[i]]
         if others:
             raise WriteError(
@@ -517,21 +502,11 @@ def _into_existing(
 def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[slice, ...]:
     ndim = len(shape)
     if isinstance(region, Mapping):
-        items = dict(region)
-        bad = [
-            a
-            for a in items
-            if isinstance(a, bool) or not isinstance(a, int | np.integer) or not -ndim <= a < ndim
-        ]
-        if bad:
-            raise WriteError(
-                "region names an axis the array does not have",
-                expected=f"axis numbers from {-ndim} to {ndim - 1}",
-                found=repr(bad[0]),
-                array=name,
-                key=key,
-            )
-        per = [items.get(i, items.get(i - ndim, slice(None))) for i in range(ndim)]
+        per = [slice(None)] * ndim
+        for value, sl in region.items():
+            if (axis := _axis(value, ndim)) is None:
+                raise _no_axis(WriteError, "a key of region", value, ndim, name, key)
+            per[axis] = sl
     else:
         per = list(region) if isinstance(region, tuple | list) else [region]
         if len(per) > ndim:

@@ -21,7 +21,7 @@ from typing import Any
 
 from shardwise.errors import WriteError
 
-__all__ = ["check_dataset", "check_session", "icechunk_session", "merge_into"]
+__all__ = ["check_dataset", "check_session", "icechunk_session", "merge_into", "refuse_commit"]
 
 _FIXED_KINDS = "biufcmM"
 
@@ -91,6 +91,17 @@ def check_session(
             advice="With compute=False, merge the delayed's result and commit yourself: "
             "session.merge(delayed.compute()); session.commit('...'). Nothing was written.",
         )
+
+
+def refuse_commit(store: Any, array: str | None = None) -> None:
+    """``commit=`` given for a store that is not an Icechunk session."""
+    raise WriteError(
+        "commit= is for Icechunk sessions",
+        expected="an icechunk.Session (or its store) as the store",
+        found=type(store).__name__,
+        array=array,
+        advice="Leave commit out: other stores have no commits. Nothing was written.",
+    )
 
 
 def merge_into(session: Any, forks: Iterable[Any]) -> None:
