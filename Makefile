@@ -53,6 +53,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/migrate.py
 	$(BIN)/python benchmarks/reshard.py
 	$(BIN)/python benchmarks/inventory.py
+	$(BIN)/python benchmarks/task_profile.py
+	$(BIN)/python benchmarks/single_shard.py
+	$(BIN)/python benchmarks/icechunk_misaligned.py
 
 bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py
