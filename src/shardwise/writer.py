@@ -567,14 +567,17 @@ def _encode_block(
             chunk = target.padded(shard, block[_local(boxes[inner], box)])
             target.add_chunk(builder, shard, inner, chunk)
         target.put(shard, builder.finish(target.store), existed=None)
-    parts = _Parts({shard: _contribution(block, box, shard, target) for shard in gathered})
-    parts.session = target.session()
-    return parts
+    parts = {shard: _contribution(block, box, shard, target) for shard in gathered}
+    if not target.sessions:
+        return parts  # a plain dict: distributed serializes it item by item
+    with_session = _Parts(parts)
+    with_session.session = target.session()
+    return with_session
 
 
 class _Parts(dict[Any, Any]):
-    """A block task's parts of the shards it shares, by shard; ``session`` is the
-    Icechunk fork session holding the shards the task wrote whole (or None)."""
+    """A block task's parts of the shards it shares, by shard, in a write that collects
+    Icechunk sessions: ``session`` is the fork session holding what the task wrote."""
 
     session: Any = None
 
