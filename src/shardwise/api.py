@@ -671,8 +671,8 @@ def to_zarr(
     from shardwise import rectilinear
     from shardwise.arrays import array_to_zarr, is_array
 
-    array_only = {
-        "path": path,
+    # zarr-python's create_array arguments, for one dask array written at `path`
+    creation = {
         "compressors": compressors,
         "filters": filters,
         "serializer": serializer,
@@ -714,10 +714,9 @@ def to_zarr(
             write_order=write_order,
             shards_per_task=shards_per_task,
             encode_split=encode_split,
-            shards=shards,
-            chunks=chunks,
             commit=commit,
-            **{**array_only, "path": path or ""},
+            path=path or "",
+            creation={"shards": shards, "chunks": chunks, **creation},
         )
     import xarray as xr
 
@@ -742,7 +741,7 @@ def to_zarr(
             shards_per_task=shards_per_task,
             encode_split=encode_split,
         )
-    if given := sorted(k for k, v in array_only.items() if v is not None):
+    if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
         raise WriteError(
             "options for a single dask array were given with a Dataset",
             expected="group= and encoding= for the variables of a Dataset",

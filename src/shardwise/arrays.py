@@ -123,14 +123,7 @@ def array_to_zarr(
     *,
     path: str,
     mode: str | None,
-    shards: Any,
-    chunks: Any,
-    compressors: Any,
-    filters: Any,
-    serializer: Any,
-    fill_value: Any,
-    attributes: Mapping[str, Any] | None,
-    dimension_names: Sequence[str | None] | None,
+    creation: Mapping[str, Any],
     region: Any,
     append_dim: int | None,
     compute: bool,
@@ -142,7 +135,10 @@ def array_to_zarr(
     encode_split: int | str | None,
     commit: str | None = None,
 ) -> Any:
-    """``shardwise.to_zarr`` for one dask array (see its docstring)."""
+    """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
+    new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
+    (``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes``,
+    ``dimension_names``); None where not given."""
     import dask
 
     from shardwise import rectilinear as rl
@@ -163,16 +159,6 @@ def array_to_zarr(
         )
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
         existing = _existing(store, path, storage_options, mode, name)
-        creation = {
-            "shards": shards,
-            "chunks": chunks,
-            "compressors": compressors,
-            "filters": filters,
-            "serializer": serializer,
-            "fill_value": fill_value,
-            "attributes": attributes,
-            "dimension_names": dimension_names,
-        }
         if existing is None:
             if region is not None:
                 raise WriteError(
@@ -182,7 +168,7 @@ def array_to_zarr(
                     array=name,
                     advice="Create it first (mode='w-'), then write regions with mode='r+'.",
                 )
-            plan = _new_array(x, name, shards, chunks, zarr_format)
+            plan = _new_array(x, name, creation["shards"], creation["chunks"], zarr_format)
             offset: tuple[int, ...] = (0,) * x.ndim
             fresh = True
             arr = None
