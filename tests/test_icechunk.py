@@ -384,3 +384,14 @@ def test_dask_arrays_through_a_session(tmp_path):
     store = repo.readonly_session("main").store
     np.testing.assert_array_equal(zarr.open_array(store, path="a/v", mode="r")[...], data)
     np.testing.assert_array_equal(shardwise.from_zarr(store, "a/v", chunks="inner").compute(), data)
+
+
+def test_a_datatree_is_refused_for_a_session(tmp_path):
+    """One call cannot write a DataTree through a session's forks (its nodes' forks
+    would not reach the session): refused, the session left as it was."""
+    repo = new_repo(tmp_path / "repo")
+    session = repo.writable_session("main")
+    tree = xr.DataTree.from_dict({"/a": field(30, chunks=10)})
+    with pytest.raises(WriteError, match="DataTree cannot be written into an Icechunk session"):
+        shardwise.to_zarr(tree, session)
+    assert not session.has_uncommitted_changes

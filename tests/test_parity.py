@@ -308,3 +308,14 @@ def test_create_default_indexes(tmp_path, create_default_indexes):
     ours = xr.open_dataset(tmp_path / "a.zarr", engine="shardwise", **kwargs)
     assert list(ours.xindexes) == list(theirs.xindexes)
     xr.testing.assert_identical(ours.load(), theirs.load())
+
+
+def test_datatree_refuses_options_it_would_drop(tmp_path):
+    """Array-only options and commit= are refused for a DataTree, as for a Dataset,
+    before anything is written, rather than dropped."""
+    tree = xr.DataTree.from_dict({"/a": xr.Dataset({"v": ("t", np.arange(4.0))})})
+    with pytest.raises(shardwise.WriteError, match="options for a single dask array"):
+        shardwise.to_zarr(tree, tmp_path / "t.zarr", fill_value=1.0)
+    with pytest.raises(shardwise.WriteError, match="commit= is for Icechunk sessions"):
+        shardwise.to_zarr(tree, tmp_path / "t.zarr", commit="x")
+    assert not (tmp_path / "t.zarr").exists()

@@ -419,13 +419,12 @@ def _grow_grids(
             continue
         array = zstore.zarr_group[str(name)]
         metadata = array.metadata
-        sharding = getattr(metadata, "sharding_codec", None)
         if metadata.zarr_format != 3:
             continue
         grid = metadata.chunk_grid
         if isinstance(grid, RectilinearChunkGridMetadata):
             old = tuple(grid.chunk_shapes)
-        elif dask_shards and sharding is not None:
+        elif dask_shards and metadata.sharding_codec is not None:
             old = tuple(grid.chunk_shape)
         else:
             continue
@@ -435,15 +434,8 @@ def _grow_grids(
         axis = dims.index(append_dim)
         if isinstance(old[axis], int) and not dask_shards:
             continue  # a regular dimension of a rectilinear grid stays regular
-        inner = tuple(sharding.chunk_shape) if sharding is not None else (1,) * len(old)
         blocks = var.chunksizes[append_dim]
-        n = array.shape[axis]
-        edges = list(old)
-        edges[axis] = rl.extend(old[axis], n, n + sum(blocks), blocks, inner[axis])
-        shape = list(array.shape)
-        shape[axis] += sum(blocks)
-        rl.check_inner(name, dims, edges, inner, shape)
-        rl.write_grid(array, edges)
+        rl.write_grid(array, rl.appended(metadata, name, dims, axis, blocks))
 
 
 @contextmanager
@@ -718,9 +710,33 @@ def to_zarr(
             path=path or "",
             creation={"shards": shards, "chunks": chunks, **creation},
         )
+    if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
+        raise WriteError(
+            "options for a single dask array were given with a Dataset",
+            expected="group= and encoding= for the variables of a Dataset",
+            found=", ".join(given),
+            advice="Give codecs and fill values per variable in encoding=, e.g. "
+            "encoding={'v': {'compressors': ...}}. Nothing was written.",
+        )
+    from shardwise.icechunk import icechunk_session
+
+    session = icechunk_session(store)
+    if session is None and commit is not None:
+        from shardwise.icechunk import refuse_commit
+
+        refuse_commit(store)
     import xarray as xr
 
     if isinstance(obj, xr.DataTree):
+        if session is not None:
+            raise WriteError(
+                "a DataTree cannot be written into an Icechunk session in one call",
+                expected="a Dataset (or DataArray) per call with an Icechunk session",
+                found="a DataTree",
+                advice="Write each node: shardwise.to_zarr(node.to_dataset(), session, "
+                "group=path) for path, node in tree.subtree_with_keys (the root with its "
+                "inherited coordinates), then commit. Nothing was written.",
+            )
         return _tree_to_zarr(
             obj,
             store,
@@ -741,32 +757,17 @@ def to_zarr(
             shards_per_task=shards_per_task,
             encode_split=encode_split,
         )
-    if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
-        raise WriteError(
-            "options for a single dask array were given with a Dataset",
-            expected="group= and encoding= for the variables of a Dataset",
-            found=", ".join(given),
-            advice="Give codecs and fill values per variable in encoding=, e.g. "
-            "encoding={'v': {'compressors': ...}}. Nothing was written.",
-        )
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
     if store is None:
         from zarr.storage import MemoryStore
 
         store = MemoryStore()
-    from shardwise.icechunk import icechunk_session
-
-    session = icechunk_session(store)
     if session is not None:
         from shardwise.icechunk import check_dataset
 
         check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
-    elif commit is not None:
-        from shardwise.icechunk import refuse_commit
-
-        refuse_commit(store)
     with rectilinear.enabled():  # zarr-python's flag, for this call only
         try:
             mode, ds, encoding, existing, zarr_format, grids = _validate(
@@ -832,9 +833,11 @@ def to_zarr(
         )
     if not compute:
         if fork is not None:  # the session's store stays here: it does not pickle
+            from shardwise.writer import _merge_sessions
+
             zstore.close()
-            return _finish_graph(writes, None, sessions=True)
-        return _finish_graph(writes, zstore)
+            return _finish_graph(writes, _merge_sessions)  # the fork sessions as one
+        return _finish_graph(writes, _finish, zstore)
     try:
         if writes:
             done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
@@ -1078,19 +1081,11 @@ def _finish(zstore: Any, *writes: Any) -> Any:
     return zstore
 
 
-def _finish_sessions(zstore: Any, *forks: Any) -> Any:
-    """The end of an Icechunk write: the fork sessions of its variables as one."""
-    from shardwise.writer import _merge_sessions
-
-    if zstore is not None:
-        zstore.close()
-    return _merge_sessions(*forks)
-
-
-def _finish_graph(writes: list[Any], zstore: Any, *, sessions: bool = False) -> Any:
-    """A ``dask.delayed`` that closes ``zstore`` and returns it once ``writes`` (each a
-    ``dask.delayed``) are done. Built directly on their graphs: ``dask.delayed(f)(writes)``
-    would cull each write's whole graph while building."""
+def _finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:
+    """A ``dask.delayed`` that runs ``finish(*head, *results)`` once ``writes`` (each a
+    ``dask.delayed``) are done, and computes to what it returns. Built directly on their
+    graphs: ``dask.delayed(f)(writes)`` would cull each write's whole graph while
+    building."""
     import uuid
 
     from dask._task_spec import Task, TaskRef
@@ -1100,17 +1095,8 @@ def _finish_graph(writes: list[Any], zstore: Any, *, sessions: bool = False) -> 
 
     name = f"shardwise-finish-{uuid.uuid4().hex}"
     graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
-    layers: dict[str, Any] = {
-        **graph.layers,
-        name: {
-            name: Task(
-                name,
-                _finish_sessions if sessions else _finish,
-                zstore,
-                *(TaskRef(w.key) for w in writes),
-            )
-        },
-    }
+    refs = (TaskRef(w.key) for w in writes)
+    layers: dict[str, Any] = {**graph.layers, name: {name: Task(name, finish, *head, *refs)}}
     deps = {**graph.dependencies, name: {layer for w in writes for layer in w.__dask_layers__()}}
     return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
 

@@ -186,7 +186,7 @@ def array_to_zarr(
                     "with mode='w'. Nothing was written.",
                 )
             x, offset, new_shape = _into_existing(x, existing, region, append_dim, name)
-            grown = _appended_grid(existing, x, append_dim, new_shape, name)
+            grown = _appended_grid(existing, x, append_dim, name)
             fresh = False
             arr = existing
         # -- everything checked: now write metadata ------------------------------------------
@@ -221,7 +221,9 @@ def array_to_zarr(
             return write
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
-    graph = _finish_graph(write, arr)
+    from shardwise.api import _finish_graph
+
+    graph = _finish_graph([write], _done, arr)
     if not compute:
         return graph
     dask.compute(graph)
@@ -294,7 +296,7 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
         raise StoreExistsError(
             "an array exists already",
             expected="nothing at the path (mode='w-')",
-            found=f"{node.metadata.zarr_format and 'a Zarr'} array of shape {node.shape} and "
+            found=f"a Zarr v{node.metadata.zarr_format} array of shape {node.shape} and "
             f"dtype {node.dtype}",
             array=name,
             key=_meta_key(path, node),
@@ -583,9 +585,7 @@ def _create(
     return arr
 
 
-def _appended_grid(
-    arr: Any, x: Any, append_dim: int | None, new_shape: tuple[int, ...], name: str
-) -> list[Any] | None:
+def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[Any] | None:
     """The rectilinear grid after an append (the appended dask chunks become shards),
     checked; None for a regular grid, which only grows."""
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
@@ -596,45 +596,19 @@ def _appended_grid(
     if append_dim is None or not isinstance(grid, RectilinearChunkGridMetadata):
         return None
     axis = int(append_dim) % arr.ndim
-    edges = list(grid.chunk_shapes)
-    inner = _inner_shape(arr)
-    rl.check_blocks(name, [f"axis {i}" for i in range(x.ndim)], x.chunks)
-    edges[axis] = rl.extend(
-        edges[axis], arr.shape[axis], new_shape[axis], x.chunks[axis], inner[axis]
-    )
-    rl.check_inner(name, [f"axis {i}" for i in range(x.ndim)], edges, inner, new_shape)
-    return edges
+    dims = [f"axis {i}" for i in range(x.ndim)]
+    rl.check_blocks(name, dims, x.chunks)
+    return rl.appended(arr.metadata, name, dims, axis, x.chunks[axis])
 
 
 def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
     """The array resized for an append, with its new rectilinear grid if it has one."""
-    from dataclasses import replace
-
-    import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
     from shardwise import rectilinear as rl
 
     if edges is None:
         arr.resize(new_shape)
         return arr
-    metadata = replace(arr.metadata, shape=new_shape, chunk_grid=rl.grid_of(edges))
-    path = arr.store_path.path
-    for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
-        sync(arr.store_path.store.set(f"{path}/{key}" if path else key, buf))
-    return zarr.Array(
-        zarr.AsyncArray(metadata=metadata, store_path=arr.store_path, config=arr.async_array.config)
-    )
-
-
-def _inner_shape(arr: Any) -> tuple[int, ...]:
-    from zarr.codecs import ShardingCodec
-
-    for codec in arr.metadata.codecs:
-        if isinstance(codec, ShardingCodec):
-            return tuple(codec.chunk_shape)
-    return tuple(arr.chunks)
+    return rl.write_grid(arr, edges, new_shape)
 
 
 def _write_graph(
@@ -666,23 +640,8 @@ def _write_graph(
     )
 
 
-def _finish_graph(write: Any, arr: Any) -> Any:
-    """A ``dask.delayed`` returning the zarr-python array once the write is done."""
-    import uuid
-
-    from dask._task_spec import Task, TaskRef
-    from dask.highlevelgraph import HighLevelGraph
-
-    from shardwise.writer import WriteDelayed
-
-    name = f"shardwise-array-{uuid.uuid4().hex}"
-    graph = write.__dask_graph__()
-    layers = {**graph.layers, name: {name: Task(name, _done, arr, TaskRef(write.key))}}
-    deps = {**graph.dependencies, name: set(write.__dask_layers__())}
-    return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
-
-
 def _done(arr: Any, *_: Any) -> Any:
+    """The end of a write: the array written."""
     return arr
 
 

@@ -21,7 +21,14 @@ from typing import Any
 
 from shardwise.errors import WriteError
 
-__all__ = ["check_dataset", "check_session", "icechunk_session", "merge_into", "refuse_commit"]
+__all__ = [
+    "check_dataset",
+    "check_session",
+    "distinct",
+    "icechunk_session",
+    "merge_into",
+    "refuse_commit",
+]
 
 _FIXED_KINDS = "biufcmM"
 
@@ -104,11 +111,17 @@ def refuse_commit(store: Any, array: str | None = None) -> None:
     )
 
 
-def merge_into(session: Any, forks: Iterable[Any]) -> None:
-    """Merge the fork sessions a write computed to into ``session`` (each object once)."""
+def distinct(forks: Iterable[Any]) -> list[Any]:
+    """The fork sessions, each object once (tasks of one process hand back the same
+    one), without the Nones of writes that collected none."""
     seen: dict[int, Any] = {}
     for fork in forks:
         if fork is not None:
             seen.setdefault(id(fork), fork)
-    if seen:
-        session.merge(*seen.values())
+    return list(seen.values())
+
+
+def merge_into(session: Any, forks: Iterable[Any]) -> None:
+    """Merge the fork sessions a write computed to into ``session``."""
+    if found := distinct(forks):
+        session.merge(*found)

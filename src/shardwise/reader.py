@@ -284,7 +284,7 @@ class ArrayReader:
         """A plan of one whole shard of a local file store, read on this thread into its
         reused buffer (no allocation and no page faults per shard, no hop to zarr's
         event loop). The chunks are views of that buffer: decoded at once by
-        :meth:`_execute`, before the thread reads again. None where the plan is
+        :meth:`_place`, before the thread reads again. None where the plan is
         fetched by :meth:`_fetch_all` (other stores, several shards, some chunks of a
         shard, indexes handed in by a fan-out graph)."""
         from zarr.storage import LocalStore

@@ -21,7 +21,7 @@ from typing import Any
 
 from shardwise.errors import WriteError
 
-__all__ = ["MAX_SHARDS", "Edges", "enabled", "extend", "grid_of", "pad", "write_grid"]
+__all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad", "write_grid"]
 
 MAX_SHARDS = 10_000_000
 """The most shards a rectilinear grid written by shardwise may have: every edge is
@@ -125,11 +125,35 @@ def grid_of(edges: Sequence[Edges]) -> Any:
     )
 
 
-def write_grid(target: Any, edges: Sequence[Edges]) -> Any:
+def appended(
+    metadata: Any, name: Hashable, dims: Sequence[Hashable], axis: int, blocks: Sequence[int]
+) -> list[Edges]:
+    """The grid of a Zarr v3 array (``metadata``; regular or rectilinear) once dask
+    chunks of sizes ``blocks`` are appended along ``axis``, each a shard of its own
+    (:func:`extend`), checked against the inner chunks (:func:`check_inner`)."""
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
+
+    grid = metadata.chunk_grid
+    if isinstance(grid, RectilinearChunkGridMetadata):
+        old = tuple(grid.chunk_shapes)
+    else:
+        old = tuple(grid.chunk_shape)
+    sharding = metadata.sharding_codec
+    inner = tuple(sharding.chunk_shape) if sharding is not None else (1,) * len(old)
+    n = metadata.shape[axis]
+    edges = list(old)
+    edges[axis] = extend(old[axis], n, n + sum(blocks), blocks, inner[axis])
+    shape = list(metadata.shape)
+    shape[axis] += sum(blocks)
+    check_inner(name, dims, edges, inner, shape)
+    return edges
+
+
+def write_grid(target: Any, edges: Sequence[Edges], shape: Sequence[int] | None = None) -> Any:
     """Rewrite the ``zarr.json`` of the zarr-python array ``target`` (no shard written
-    yet under the new grid) with this grid, through zarr-python's metadata classes, which
-    check that the inner chunks divide every shard. Returns the array with the new
-    metadata."""
+    yet under the new grid) with this grid (and ``shape``, when given), through
+    zarr-python's metadata classes, which check that the inner chunks divide every
+    shard. Returns the array with the new metadata."""
     from dataclasses import replace
 
     import zarr
@@ -137,6 +161,8 @@ def write_grid(target: Any, edges: Sequence[Edges]) -> Any:
     from zarr.core.sync import sync
 
     metadata = replace(target.metadata, chunk_grid=grid_of(edges))
+    if shape is not None:
+        metadata = replace(metadata, shape=tuple(shape))
     path = target.store_path.path
     for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
         sync(target.store_path.store.set(f"{path}/{key}" if path else key, buf))

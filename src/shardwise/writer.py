@@ -590,14 +590,12 @@ def _session_of(parts: _Parts) -> Any:
 def _merge_sessions(*results: Any) -> Any:
     """A done-tree task of a write that collects Icechunk fork sessions: the sessions
     its tasks handed back, merged into one (each distinct object once)."""
-    seen: dict[int, Any] = {}
-    for r in results:
-        r = r.session if isinstance(r, _Parts) else r
-        if r is not None:
-            seen.setdefault(id(r), r)
-    if not seen:
+    from shardwise.icechunk import distinct
+
+    forks = distinct(r.session if isinstance(r, _Parts) else r for r in results)
+    if not forks:
         return None
-    first, *rest = seen.values()
+    first, *rest = forks
     if rest:
         first.merge(*rest)
     return first
