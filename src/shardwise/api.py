@@ -41,6 +41,79 @@ SizeSpec = None | Literal["auto"] | Mapping[Hashable, int]
 ShardSpec = SizeSpec | Literal["dask"]
 
 
+# -- a write must not replace what it reads ---------------------------------------------
+def _refuse_overwriting_sources(
+    obj: Any, store: Any, storage_options: Any, path: str | None
+) -> None:
+    """Refuse ``mode="w"`` where the destination is, holds or lies inside a store the
+    data is read from lazily: replacing it first would lose the values still to be
+    read."""
+    if store is None:
+        return
+    from shardwise.storage import check_apart, location
+
+    dst = location(store, path, storage_options)
+    for src in _read_locations(obj):
+        check_apart(
+            src,
+            dst,
+            advice="Write to another location, or load the data first (.load()) if it "
+            "fits in memory. Nothing was written.",
+        )
+
+
+def _read_locations(obj: Any) -> Iterator[Any]:
+    """The stores (with the array's path) that ``obj``'s lazy data reads from: arrays
+    opened with shardwise (``ArrayReader``) or zarr-python, found through xarray's lazy
+    wrappers and dask's ``from_array`` layers."""
+    import xarray as xr
+
+    from shardwise.reader import ArrayReader
+    from shardwise.storage import location
+
+    if isinstance(obj, xr.DataTree):
+        datas = [v for node in obj.subtree for v in node.variables.values()]
+    elif isinstance(obj, xr.Dataset | xr.DataArray):
+        datas = list(obj.variables.values()) if isinstance(obj, xr.Dataset) else [obj.variable]
+        if isinstance(obj, xr.DataArray):
+            datas += list(obj.coords.variables.values())
+    else:
+        datas = [obj]
+    seen: set[int] = set()
+    for data in datas:
+        # a Variable's lazily indexed array (.data would load it)
+        data = getattr(data, "_data", data)
+        graph = getattr(data, "dask", None)
+        wrapped = (
+            [
+                getattr(v, "value", v)
+                for name, layer in graph.layers.items()
+                if name.startswith("original-")
+                for v in layer.values()
+            ]
+            if graph is not None
+            else [data]
+        )
+        for inner in wrapped:
+            for _ in range(32):  # down xarray's wrappers (.array) to the reader
+                if id(inner) in seen:
+                    break
+                seen.add(id(inner))
+                if isinstance(inner, ArrayReader):
+                    yield location(inner.store, inner.info.data_prefix)
+                    break
+                if type(inner).__name__ == "Array" and hasattr(inner, "store_path"):
+                    yield location(inner.store_path)  # a zarr.Array
+                    break
+                nxt = next(
+                    (getattr(inner, a) for a in ("reader", "array", "_array") if hasattr(inner, a)),
+                    None,
+                )
+                if nxt is None:
+                    break
+                inner = nxt
+
+
 # -- shard and chunk shapes --------------------------------------------------------------
 def _target_bytes(key: str, default: str) -> int:
     import dask.config
@@ -663,6 +736,8 @@ def to_zarr(
     from shardwise import rectilinear
     from shardwise.arrays import array_to_zarr, is_array
 
+    if mode == "w":  # replacing what is there: never what the data is read from
+        _refuse_overwriting_sources(obj, store, storage_options, path if is_array(obj) else group)
     # zarr-python's create_array arguments, for one dask array written at `path`
     creation = {
         "compressors": compressors,

@@ -13,10 +13,13 @@ __all__ = [
     "ChunksError",
     "CorruptShardError",
     "NotAZarrStoreError",
+    "OverlapError",
     "RegionConflictError",
     "ShardwiseError",
     "StoreExistsError",
+    "TooLargeError",
     "TruncatedShardError",
+    "UnsafeNameError",
     "UnsupportedArrayError",
     "UnsupportedCodecError",
     "WriteError",
@@ -137,3 +140,20 @@ class ChunksError(ShardwiseError, ValueError):
 class RegionConflictError(ShardwiseError, ValueError):
     """Region writes meant for separate jobs would write the same shard
     (``shardwise.check_regions``)."""
+
+
+class OverlapError(ShardwiseError, ValueError):
+    """A source and a destination are the same place, or one lies inside the other
+    (``reshard``, ``migrate``): writing the destination could destroy the source."""
+
+
+class UnsafeNameError(ShardwiseError, ValueError):
+    """A node name or path taken from a store's metadata breaks Zarr v3's node-name
+    rules (``.``/``..`` or empty components, a leading ``/``, a backslash or NUL): used
+    as a key it could reach outside the store's root."""
+
+
+class TooLargeError(ShardwiseError, ValueError):
+    """What was asked would need memory or time in proportion to a chunk grid far
+    larger than what is stored (or sizes past what 64-bit integers hold): refused
+    before anything is allocated."""

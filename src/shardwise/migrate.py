@@ -20,7 +20,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shardwise.errors import StoreExistsError, WriteError
+from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
+from shardwise.storage import check_apart, location
 
 __all__ = ["MigrationReport", "migrate"]
 
@@ -138,6 +139,7 @@ def migrate(
         )
     if mode not in ("w-", "w", "a"):
         raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
+    check_apart(location(src, None, storage_options), location(dst, None, dst_storage_options))
     try:
         existing = read_only_store_path(dst, dst_storage_options)
         exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
@@ -155,20 +157,36 @@ def migrate(
 
     # plan everything (and refuse what cannot be represented) before writing
     base = (group or "").strip("/")
+    proto = default_buffer_prototype()
+    if base and not (
+        draft.arrays(base) or draft.groups(base) or draft.get(f"meta/root/{base}.group.json")
+    ):
+        raise NotAZarrStoreError(
+            "the source has no such group",
+            expected="a group of the 2022 draft (meta/root/<group>...)",
+            found="nothing",
+            array=base,
+            key=f"{draft.prefix}meta/root/{base}.group.json",
+            advice="Check the group's name (shardwise info SRC lists them). Nothing was written.",
+        )
     groups, arrays, report = [], [], MigrationReport()
     todo = [base]
     while todo:
         g = todo.pop(0)
-        groups.append(g)
+        groups.append((g, draft.group_attributes(g)))
         todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
         for name in draft.arrays(g):
             path = f"{g}/{name}" if g else name
             info = draft.info(path)
             target, changed = _target_metadata(info)
-            arrays.append((path, info, target))
+            # the documents, made now: what zarr-python cannot write fails before dst;
+            # the stored shards, listed (the cost follows them, not the grid)
+            stored = sorted(sync(_listing(draft.store, info.data_prefix)))
+            shards = [c for c in map(info.coords, stored) if c is not None]
+            arrays.append((path, info, target, target.to_buffer_dict(proto), shards))
             if changed:
                 report.reencoded[path] = changed
-    report.groups = [g or "/" for g in groups]
+    report.groups = [g or "/" for g, _ in groups]
     report.arrays = [a[0] for a in arrays]
 
     root = zarr.open_group(
@@ -179,22 +197,17 @@ def migrate(
     )
     dst_store = root.store_path.store
     prefix = root.store_path.path.strip("/")
-    for g in groups:
+    for g, attributes in groups:
         rel = g[len(base) :].strip("/") if base else g
         node = root if not rel else root.require_group(rel)
-        node.attrs.update(draft.group_attributes(g))
-    proto = default_buffer_prototype()
+        node.attrs.update(attributes)
     tasks = []
-    for path, info, target in arrays:
+    for path, info, target, documents, shards in arrays:
         rel = path[len(base) :].strip("/") if base else path
         where = f"{prefix}/{rel}" if prefix else rel
-        for key, buf in target.to_buffer_dict(proto).items():
+        for key, buf in documents.items():
             sync(dst_store.set(f"{where}/{key}", buf))
-        stored = sorted(sync(_listing(draft.store, info.data_prefix)))
-        by_key = {info.key(s): s for s in info.layout.all_shards()}
-        for key in stored:
-            if key in by_key:
-                tasks.append((draft.store, info, dst_store, where, target, by_key[key]))
+        tasks += [(draft.store, info, dst_store, where, target, shard) for shard in shards]
     report.shards = len(tasks)
     delayed = _graph(tasks)
     if not compute:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import StoreExistsError, WriteError
+from shardwise.storage import check_apart, location
 
 if TYPE_CHECKING:
     from shardwise.metadata import ArrayInfo
@@ -335,6 +336,7 @@ def reshard(
             expected="resume=True with mode='w-' (the default)",
             found="mode='w'",
         )
+    check_apart(location(src, None, storage_options), location(dst, None, target_options))
     plans, report = _prepare(
         src,
         dst,
@@ -377,7 +379,9 @@ def _prepare(
     import zarr
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
+    from zarr.storage import MemoryStore
 
+    from shardwise.errors import ShardwiseError
     from shardwise.metadata import ArrayInfo
     from shardwise.rectilinear import enabled
     from shardwise.sources import open_source
@@ -425,42 +429,74 @@ def _prepare(
         )
     if resume and not exists:
         resume = False  # nothing to resume: a fresh run
-    root = zarr.open_group(
-        dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
-    )
-    dst_store = root.store_path.store
-    prefix = root.store_path.path.strip("/")
-    proto = default_buffer_prototype()
     needed = {""}
     for rel in [*chosen, *unreadable]:
         parts = rel.split("/")[:-1]
         needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
     groups = sorted(g for g in source.groups if g in needed or variables is None)
-    for g in groups:
-        node = root if not g else root.require_group(g)
-        attrs = source.groups.get(g, {})
-        if attrs and not resume:
-            node.attrs.update(attrs)
+    copies = {rel: _copy_plan(source, rel) for rel in unreadable}
+    # which target shards take data from which source objects (the source is listed)
+    shards_of = {
+        rel: _target_shards(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
+        for rel, (metadata, _) in targets.items()
+    }
+
+    def write(root: Any, resume: bool, dry: bool) -> None:
+        """Every metadata write of the destination (groups, arrays, whole copies)."""
+        store, prefix = root.store_path.store, root.store_path.path.strip("/")
+        for g in groups:
+            node = root if not g else root.require_group(g)
+            attrs = source.groups.get(g, {})
+            if attrs and not resume:
+                node.attrs.update(attrs)
+        for rel, (metadata, _) in targets.items():
+            where = f"{prefix}/{rel}" if prefix else rel
+            if resume:  # checked before anything was written
+                continue
+            with enabled():
+                for key, buf in metadata.to_buffer_dict(proto).items():
+                    sync(store.set(f"{where}/{key}", buf))
+        for rel, copy in copies.items():
+            if not (resume and sync(store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
+                _copy_whole(source, rel, root, copy, dry=dry)
+
+    # a dry run into memory first: what zarr-python refuses (a fill value it cannot
+    # encode, attributes that are not JSON) is refused before the first byte of dst
+    proto = default_buffer_prototype()
+    dry_root = zarr.open_group(MemoryStore(), mode="w", zarr_format=3)
+    try:
+        write(dry_root, resume=False, dry=True)
+    except ShardwiseError:
+        raise
+    except Exception as e:
+        raise WriteError(
+            "the destination's metadata cannot be written",
+            expected="metadata zarr-python writes",
+            found=f"{type(e).__name__}: {e}",
+            advice="Leave the array out with variables=[...] (--var). Nothing was written.",
+        ) from e
+    if resume:  # the destination must be this run's, before anything is written to it
+        root = zarr.open_group(dst, mode="r", zarr_format=3, storage_options=target_options)
+        for rel, (metadata, _) in targets.items():
+            where = "/".join(p for p in (root.store_path.path.strip("/"), rel) if p)
+            _check_resumable(root.store_path.store, where, metadata, rel)
+    root = zarr.open_group(
+        dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
+    )
+    write(root, resume=resume, dry=False)
+    dst_store = root.store_path.store
+    prefix = root.store_path.path.strip("/")
 
     report = ReshardReport(groups=[g or "/" for g in groups])
     plans = []
     for rel, (metadata, repack) in targets.items():
-        info = chosen[rel]
         where = f"{prefix}/{rel}" if prefix else rel
         dst_info = ArrayInfo.from_metadata(metadata, where)
-        if resume:
-            _check_resumable(dst_store, where, metadata, rel)
-        else:
-            with enabled():
-                for key, buf in metadata.to_buffer_dict(proto).items():
-                    sync(dst_store.set(f"{where}/{key}", buf))
-        plan = _ArrayPlan(source.store, info, dst_store, dst_info, repack, resume)
-        plans.append((plan, _target_shards(source.store, info, dst_info)))
+        plan = _ArrayPlan(source.store, chosen[rel], dst_store, dst_info, repack, resume)
+        plans.append((plan, shards_of[rel]))
         report.arrays.append(rel)
         (report.repacked if repack else report.reencoded).append(rel)
     for rel in unreadable:
-        if not (resume and sync(dst_store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
-            _copy_whole(source, rel, root)
         report.arrays.append(rel)
         report.copied.append(rel)
     if consolidated:
@@ -491,8 +527,9 @@ def _check_copyable(source: Any, rel: str, err: Exception) -> None:
         )
 
 
-def _copy_whole(source: Any, rel: str, root: Any) -> None:
-    """Copy a (small) array shardwise cannot read through zarr-python, unsharded."""
+def _copy_plan(source: Any, rel: str) -> dict[str, Any]:
+    """How a (small) array shardwise cannot read is copied through zarr-python,
+    unsharded: ``create_array``'s arguments but the data (nothing is read yet)."""
     import zarr
 
     arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
@@ -502,17 +539,41 @@ def _copy_whole(source: Any, rel: str, root: Any) -> None:
     if arr.metadata.zarr_format == 2 and fill is not None and "_FillValue" not in attributes:
         from xarray.backends.zarr import FillValueCoder
 
-        attributes["_FillValue"] = FillValueCoder.encode(fill, arr.dtype)
+        try:
+            attributes["_FillValue"] = FillValueCoder.encode(fill, arr.dtype)
+        except ValueError as e:
+            raise WriteError(
+                "the array's fill value cannot be written as xarray's _FillValue",
+                expected="a fill value of a data type xarray encodes",
+                found=f"{fill!r} of {arr.dtype}: {e}",
+                array=rel,
+                key=f"{source.base}/{rel}/.zarray".strip("/"),
+                advice="Leave the array out with variables=[...] (--var) and copy it with "
+                "zarr-python. Nothing was written.",
+            ) from e
     if arr.metadata.zarr_format == 3:
         dims = arr.metadata.dimension_names
-    root.create_array(
-        rel,
-        data=arr[...],
-        chunks=arr.chunks,
-        attributes=attributes,
-        dimension_names=dims,
-        fill_value=fill,
-    )
+    return {
+        "shape": arr.shape,
+        "dtype": arr.dtype,
+        "chunks": arr.chunks,
+        "attributes": attributes,
+        "dimension_names": dims,
+        "fill_value": fill,
+    }
+
+
+def _copy_whole(source: Any, rel: str, root: Any, plan: dict[str, Any], *, dry: bool) -> None:
+    """Copy a (small) array shardwise cannot read through zarr-python, unsharded (with
+    ``dry``: its metadata alone)."""
+    import zarr
+
+    if dry:
+        root.create_array(rel, **plan)
+        return
+    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
+    kwargs = {k: v for k, v in plan.items() if k not in ("shape", "dtype")}
+    root.create_array(rel, data=arr[...], **kwargs)
 
 
 def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:

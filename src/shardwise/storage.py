@@ -24,11 +24,14 @@ __all__ = [
     "SUPPLIED",
     "ByteRange",
     "IndexCache",
+    "Location",
     "SuppliedIndexes",
     "ReadOptions",
+    "check_apart",
     "clear_index_cache",
     "coalesce",
     "index_cache",
+    "location",
     "read_only_store_path",
     "set_index_cache_size",
     "store_token",
@@ -310,3 +313,177 @@ class InFlight:
 
 # one per process; only touched from zarr-python's I/O loop thread
 IN_FLIGHT = InFlight()
+
+
+# -- where a store is: sources and destinations must not overlap ---------------------------
+_ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "adl": "az", "local": "file"}
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a store (and a path in it) lies, the same however it was spelled.
+
+    ``scheme`` is ``"file"`` for a local folder (``parts`` are the components of its real
+    path: symbolic links, ``./`` and trailing slashes resolved), an object-store protocol
+    (``"s3"``, ``"gs"``, ``"az"``...: ``root`` is the endpoint and ``parts`` start with the
+    bucket), or the kind of a store object that has no address (a ``MemoryStore``, an
+    Icechunk session: ``root`` names that one object). ``text`` is what the user gave,
+    for messages."""
+
+    scheme: str
+    root: str
+    parts: tuple[str, ...]
+    text: str
+
+    def joined(self, path: str | None) -> Location:
+        """This location with ``path`` (a group or array path in the store) below it."""
+        extra = _components(path or "")
+        if not extra:
+            return self
+        text = f"{self.text.rstrip('/')}/{'/'.join(extra)}"
+        return Location(self.scheme, self.root, self.parts + extra, text)
+
+    def within(self, other: Location) -> bool:
+        """Whether this location is ``other`` or lies inside it."""
+        if (self.scheme, self.root) != (other.scheme, other.root):
+            return False
+        if self.parts[: len(other.parts)] == other.parts:
+            return True
+        if self.scheme == "file":  # one folder by another name (a case-folding filesystem)
+            return _inside_on_disk(self.parts, other.parts)
+        return False
+
+
+def _components(path: str) -> tuple[str, ...]:
+    """``path``'s components with empty ones and ``.`` dropped and ``..`` taken back, as
+    a filesystem would resolve them (for an object store that is the cautious reading:
+    a key spelled with ``..`` is taken to be where it would lead)."""
+    out: list[str] = []
+    for part in path.replace("\\", "/").split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _local(path: str | os.PathLike[str], text: str) -> Location:
+    real = os.path.realpath(os.path.expanduser(os.fspath(path)))
+    return Location("file", "", _components(real), text)
+
+
+def _inside_on_disk(parts: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+    """Whether the folder ``outer`` is the folder ``parts`` or one of its parents, by
+    identity on disk (device and inode): two spellings of one folder on a filesystem
+    that folds case, or a bind mount."""
+    try:
+        target = os.stat("/" + "/".join(outer))
+    except OSError:
+        return False
+    for n in range(len(parts), -1, -1):
+        try:
+            st = os.stat("/" + "/".join(parts[:n]))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
+
+
+def _endpoint(options: Mapping[str, Any] | None) -> str:
+    if not options:
+        return ""
+    client = options.get("client_kwargs") or {}
+    found = options.get("endpoint_url") or client.get("endpoint_url") or options.get("endpoint")
+    return str(found or "").rstrip("/")
+
+
+def _url(url: str, options: Mapping[str, Any] | None) -> Location:
+    url = url.rsplit("::", 1)[-1]  # a chained URL: the last one holds the data
+    scheme, _, rest = url.partition("://")
+    scheme = _ALIASES.get(scheme.lower(), scheme.lower())
+    if scheme == "file":
+        return _local(rest, url)
+    if scheme == "memory":  # fsspec's memory filesystem: one per process
+        return Location("memory", "fsspec", _components(rest), url)
+    return Location(scheme, _endpoint(options), _components(rest), url)
+
+
+def location(
+    store: Any, path: str | None = None, storage_options: Mapping[str, Any] | None = None
+) -> Location:
+    """The :class:`Location` of ``store`` (a local path, a URL, a zarr-python ``Store``,
+    ``StorePath``, group or array, or any other store object), with ``path`` below it."""
+    if isinstance(store, os.PathLike):
+        return _local(store, os.fspath(store)).joined(path)
+    if isinstance(store, str):
+        found = _url(store, storage_options) if "://" in store else _local(store, store)
+        return found.joined(path)
+    store_path = getattr(store, "store_path", None)  # a zarr Group or Array
+    if store_path is not None:
+        return location(store_path, path)
+    inner = getattr(store, "store", None)
+    if type(store).__name__ == "StorePath" and inner is not None:
+        return location(inner, store.path).joined(path)
+    return _store_location(store).joined(path)
+
+
+def _store_location(store: Any) -> Location:
+    kind = type(store).__name__
+    text = str(store)
+    root = getattr(store, "root", None)
+    if kind == "LocalStore" and root is not None:
+        return _local(root, text)
+    fs = getattr(store, "fs", None)
+    if kind == "FsspecStore" and fs is not None:
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        protocol = _ALIASES.get(protocol, protocol)
+        if protocol == "file":
+            return _local(store.path, text)
+        endpoint = getattr(fs, "endpoint_url", None) or (
+            getattr(fs, "client_kwargs", None) or {}
+        ).get("endpoint_url")
+        return Location(protocol, str(endpoint or "").rstrip("/"), _components(store.path), text)
+    inner = getattr(store, "store", None)
+    if kind == "ObjectStore" and inner is not None:  # obstore's stores
+        config = getattr(inner, "config", None) or {}
+        prefix = str(getattr(inner, "prefix", None) or "")
+        name = type(inner).__name__
+        if name == "LocalStore":
+            return _local("/" + prefix, text)
+        if "bucket" in config or "container_name" in config:
+            scheme = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az"}.get(name, name)
+            bucket = str(config.get("bucket") or config.get("container_name"))
+            endpoint = str(config.get("endpoint") or "").rstrip("/")
+            return Location(scheme, endpoint, (bucket, *_components(prefix)), text)
+    # a store with no address (zarr's MemoryStore, an Icechunk session's store...): two
+    # such are the same place when they are the same object or share their contents
+    contents = getattr(store, "_store_dict", None)
+    ident = id(contents) if contents is not None else id(store)
+    return Location(kind, f"{kind}@{ident:x}", (), text)
+
+
+def check_apart(
+    src: Location, dst: Location, *, what: str = "the destination", advice: str | None = None
+) -> None:
+    """Refuse (:class:`~shardwise.errors.OverlapError`) a destination that is the source,
+    lies inside it or holds it: writing it could change or delete the source."""
+    from shardwise.errors import OverlapError
+
+    if dst.within(src):
+        how = "is the source" if src.within(dst) else "lies inside the source"
+    elif src.within(dst):
+        how = "holds the source"
+    else:
+        return
+    raise OverlapError(
+        f"{what} {how}: writing it would change or delete the source's data",
+        expected="a destination apart from the source (neither inside the other)",
+        found=f"source {src.text!r}, destination {dst.text!r}",
+        advice=advice
+        or "Write to a new location outside the source, then replace the source "
+        "yourself once you have checked the result. Nothing was written.",
+    )

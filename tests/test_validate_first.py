@@ -1,0 +1,66 @@
+"""Validate, then write (issue 27, class 4): every refusal ``reshard`` and ``migrate`` can
+know in advance comes before the first byte of the destination, which is left exactly as
+it was (absent when it was absent), and the refusal says so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import shardwise
+from test_cli import LEGACY, run
+from test_overlap import snapshot
+
+
+def structured_v2(path):
+    """A Zarr v2 group: a structured array (whose fill value xarray cannot encode as
+    ``_FillValue``) beside an ordinary one."""
+    dt = np.dtype([("a", "i4"), ("b", "f8")])
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    g.create_array("s", shape=(10,), chunks=(5,), dtype=dt, fill_value=np.zeros((), dt)[()])[
+        ...
+    ] = np.ones(10, dt)
+    g.create_array("ok", shape=(4,), chunks=(2,), dtype="f4", dimension_names=None)[...] = 1
+    return path
+
+
+def test_unencodable_fill_value_refused_before_writing(tmp_path):
+    src = structured_v2(tmp_path / "src.zarr")
+    dst = tmp_path / "dst.zarr"
+    with pytest.raises(shardwise.WriteError, match="Nothing was written") as info:
+        shardwise.reshard(src, dst)
+    assert info.value.array == "s" and info.value.key == "s/.zarray"
+    assert not dst.exists()
+    proc = run("reshard", src, dst)
+    assert proc.returncode == 2 and "Nothing was written" in proc.stderr, proc.stderr
+    assert not dst.exists()
+    # the array left out, the rest is resharded
+    proc = run("reshard", src, dst, "--var", "ok")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(zarr.open_array(dst, path="ok")[...], np.ones(4, "f4"))
+
+
+def test_refused_resume_leaves_the_destination_as_it_was(tmp_path):
+    src = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
+    src.create_array("v", shape=(20,), chunks=(5,), dimension_names=["t"], dtype="i4")[...] = 7
+    dst = tmp_path / "dst.zarr"
+    shardwise.reshard(tmp_path / "src.zarr", dst, shards={"t": 10})
+    before = snapshot(dst)
+    with pytest.raises(shardwise.StoreExistsError, match="not made by a reshard with these"):
+        shardwise.reshard(tmp_path / "src.zarr", dst, resume=True, shards={"t": 20})
+    assert snapshot(dst) == before
+
+
+def test_migrate_refusals_write_nothing(tmp_path):
+    dst = tmp_path / "dst.zarr"
+    for kwargs, error in [
+        ({"mode": "x"}, shardwise.WriteError),
+        ({"group": "nope"}, shardwise.ShardwiseError),
+    ]:
+        with pytest.raises(error):
+            shardwise.migrate(LEGACY / "compressors", dst, **kwargs)
+        assert not dst.exists()
+    with pytest.raises(shardwise.WriteError, match="not a store of the 2022"):
+        shardwise.migrate(tmp_path, dst)
+    assert not dst.exists()
