@@ -261,3 +261,14 @@ def test_to_zarr_w_elsewhere_and_modes_that_keep_the_source(tmp_path):
     out = xr.open_zarr(src, consolidated=False)
     np.testing.assert_array_equal(out.w.values, out.v.values * 2)
     assert os.path.exists(tmp_path / "copy.zarr" / "zarr.json")
+
+
+@pytest.mark.parametrize("out", ["{src}/table.zarr", "{src}/v/table.csv"])
+def test_inventory_out_is_never_written_into_the_store(tmp_path, out):
+    src = make_v3(tmp_path / "src.zarr")
+    before = snapshot(tmp_path)
+    proc = run("inventory", src, "--var", "v", "--out", out.format(src=src))
+    assert proc.returncode == 2 and "--out lies inside the source" in proc.stderr, proc.stderr
+    assert snapshot(tmp_path) == before
+    proc = run("inventory", src, "--var", "v", "--out", tmp_path / "table.csv")
+    assert proc.returncode == 0, proc.stderr

@@ -690,6 +690,10 @@ def inventory(run: Run, path: str, variable: str | None, group: str | None, out:
     from shardwise.catalog import summary
 
     engine = None if out is None else _table_engine(out)  # refused before the scan
+    if out is not None:  # the table is never written into (or around) the store read
+        from shardwise.storage import check_apart, location
+
+        check_apart(location(path, None, run.storage_options(path)), location(out), what="--out")
     table = shardwise.inventory(
         _on_workers(run, path), variable, group=group, storage_options=run.storage_options(path)
     )
