@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
+from shardwise.names import key_under
 from shardwise.storage import check_apart, location
 
 __all__ = ["MigrationReport", "migrate"]
@@ -206,7 +207,7 @@ def migrate(
         rel = path[len(base) :].strip("/") if base else path
         where = f"{prefix}/{rel}" if prefix else rel
         for key, buf in documents.items():
-            sync(dst_store.set(f"{where}/{key}", buf))
+            sync(dst_store.set(key_under(prefix, f"{where}/{key}"), buf))
         tasks += [(draft.store, info, dst_store, where, target, shard) for shard in shards]
     report.shards = len(tasks)
     delayed = _graph(tasks)
@@ -265,7 +266,7 @@ def _migrate_shard(
 
     proto = default_buffer_prototype()
     new_info = ArrayInfo.from_metadata(target, where)
-    new_key = new_info.key(shard)
+    new_key = key_under(where, new_info.key(shard))  # never outside the array
     new_reader = ArrayReader(dst_store, new_info)
     new_decoder = new_reader.decoder(shard)
     if isinstance(new_decoder, ShardDecoder) and _new_shard_ok(dst_store, new_key, new_decoder):

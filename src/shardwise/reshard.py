@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import StoreExistsError, WriteError
+from shardwise.names import key_under
 from shardwise.storage import check_apart, location
 
 if TYPE_CHECKING:
@@ -455,7 +456,7 @@ def _prepare(
                 continue
             with enabled():
                 for key, buf in metadata.to_buffer_dict(proto).items():
-                    sync(store.set(f"{where}/{key}", buf))
+                    sync(store.set(key_under(prefix, f"{where}/{key}"), buf))
         for rel, copy in copies.items():
             if not (resume and sync(store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
                 _copy_whole(source, rel, root, copy, dry=dry)
@@ -775,7 +776,7 @@ def _put(
     from shardwise.codecs import ShardDecoder
     from shardwise.shard import build_shard, write_order
 
-    key = plan.dst.key(shard)
+    key = key_under(plan.dst.path, plan.dst.key(shard))  # never outside the array
     decoder = target.decoder(shard)
     assert isinstance(decoder, ShardDecoder)  # the target is always sharded
     order = write_order(decoder.chunks_per_shard, target.order)

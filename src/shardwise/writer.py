@@ -53,6 +53,7 @@ from shardwise._gc import paused_gc
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.layout import ShardLayout
 from shardwise.metadata import ArrayInfo
+from shardwise.names import key_under
 from shardwise.reader import ArrayReader
 from shardwise.shard import WRITE_ORDERS, ShardBuilder, write_order
 from shardwise.storage import store_token
@@ -490,7 +491,7 @@ class _Target:
         loop."""
         from zarr.core.sync import sync
 
-        key = self.info.key(shard)
+        key = key_under(self.info.path, self.info.key(shard))  # never outside the array
         store = self.store
         direct = _sync_methods(store)
         if buffer is None:
