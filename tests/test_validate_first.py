@@ -64,3 +64,15 @@ def test_migrate_refusals_write_nothing(tmp_path):
     with pytest.raises(shardwise.WriteError, match="not a store of the 2022"):
         shardwise.migrate(tmp_path, dst)
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../../x", "a//b", "a\\b", "a\x00b"])
+def test_unsafe_paths_given_by_the_user_are_refused(tmp_path, name):
+    src = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
+    src.create_array("v", shape=(4,), chunks=(2,), dimension_names=["t"], dtype="i4")
+    dst = tmp_path / "dst.zarr"
+    with pytest.raises(shardwise.UnsafeNameError):
+        shardwise.reshard(tmp_path / "src.zarr", dst, variables=[name])
+    with pytest.raises(shardwise.UnsafeNameError):
+        shardwise.migrate(LEGACY / "compressors", dst, group=name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]

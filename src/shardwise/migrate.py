@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
-from shardwise.names import key_under
+from shardwise.names import key_under, node_path
 from shardwise.storage import check_apart, location
 
 __all__ = ["MigrationReport", "migrate"]
@@ -157,7 +157,7 @@ def migrate(
         )
 
     # plan everything (and refuse what cannot be represented) before writing
-    base = (group or "").strip("/")
+    base = node_path((group or "").strip("/"))
     proto = default_buffer_prototype()
     if base and not (
         draft.arrays(base) or draft.groups(base) or draft.get(f"meta/root/{base}.group.json")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import StoreExistsError, WriteError
-from shardwise.names import key_under
+from shardwise.names import key_under, node_path
 from shardwise.storage import check_apart, location
 
 if TYPE_CHECKING:
@@ -392,7 +392,7 @@ def _prepare(
     chosen = dict(source.arrays)
     unreadable = dict(source.unreadable)
     if variables is not None:
-        wanted = [v.strip("/") for v in variables]
+        wanted = [node_path(v.strip("/")) for v in variables]
         missing = [v for v in wanted if v not in chosen and v not in unreadable]
         if missing:
             raise WriteError(
