@@ -76,3 +76,20 @@ def test_unsafe_paths_given_by_the_user_are_refused(tmp_path, name):
     with pytest.raises(shardwise.UnsafeNameError):
         shardwise.migrate(LEGACY / "compressors", dst, group=name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]
+
+
+def test_store_errors_in_shard_tasks_name_the_array_and_key(tmp_path):
+    """An OSError while a shard is written (here: a file where the shard's folder goes)
+    arrives as a StoreIOError (an OSError too) naming the array and key, with what to do."""
+    import dask
+
+    src = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
+    src.create_array("v", shape=(20,), chunks=(5,), dimension_names=["t"], dtype="i4")[...] = 7
+    dst = tmp_path / "dst.zarr"
+    _, delayed = shardwise.reshard(tmp_path / "src.zarr", dst, compute=False)
+    (dst / "v" / "c").write_bytes(b"in the way")
+    with pytest.raises(shardwise.StoreIOError, match="resume=True") as info:
+        dask.compute(delayed, scheduler="sync")
+    assert isinstance(info.value, OSError) and isinstance(info.value, shardwise.ShardwiseError)
+    assert info.value.array == "v" and info.value.key.startswith("v/c/")
+    assert isinstance(info.value.__cause__, OSError)

@@ -8,6 +8,9 @@ found, which array and store key, and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "ChecksumError",
     "ChunksError",
@@ -17,6 +20,7 @@ __all__ = [
     "RegionConflictError",
     "ShardwiseError",
     "StoreExistsError",
+    "StoreIOError",
     "TooLargeError",
     "TruncatedShardError",
     "UnsafeNameError",
@@ -157,3 +161,27 @@ class TooLargeError(ShardwiseError, ValueError):
     """What was asked would need memory or time in proportion to a chunk grid far
     larger than what is stored (or sizes past what 64-bit integers hold): refused
     before anything is allocated."""
+
+
+class StoreIOError(ShardwiseError, OSError):
+    """A store request failed (the file system's or the object store's own error, kept
+    as the cause) while shardwise read or wrote a shard."""
+
+
+@contextmanager
+def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterator[None]:
+    """Inside the block, an ``OSError`` that is not shardwise's becomes a
+    :class:`StoreIOError` saying ``what`` failed, on which array and store key, and
+    ``advice``."""
+    try:
+        yield
+    except ShardwiseError:
+        raise
+    except OSError as e:
+        raise StoreIOError(
+            f"{what} failed: a store request raised an error",
+            found=f"{type(e).__name__}: {e}",
+            array=array,
+            key=key,
+            advice=advice,
+        ) from e

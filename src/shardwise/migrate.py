@@ -255,7 +255,23 @@ def _new_shard_ok(store: Any, key: str, decoder: Any) -> bool:
 def _migrate_shard(
     src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
 ) -> None:
-    """Copy one shard (or one chunk of an unsharded array) to its new key."""
+    """Copy one shard (or one chunk of an unsharded array) to its new key; a store's I/O
+    error names the array and the shard's key."""
+    from shardwise.errors import naming_io_errors
+
+    with naming_io_errors(
+        "migrating a shard",
+        array=where or "/",
+        key=info.key(shard),
+        advice="Check the stores (space, permissions, connection), then run again with "
+        "mode='a' (--mode a): the shards already migrated are kept.",
+    ):
+        _copy_shard(src_store, info, dst_store, where, target, shard)
+
+
+def _copy_shard(
+    src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
+) -> None:
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 

@@ -684,7 +684,20 @@ def _reshard_shard(
     plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]
 ) -> Stats:
     """Fill one target shard from the source objects ``sources`` (see the module
-    docstring)."""
+    docstring); a store's I/O error names the array and the target shard's key."""
+    from shardwise.errors import naming_io_errors
+
+    with naming_io_errors(
+        "resharding a shard",
+        array=plan.dst.name,
+        key=plan.dst.key(shard),
+        advice="Check the stores (space, permissions, connection), then run again with "
+        "resume=True (--resume): the shards already written are kept.",
+    ):
+        return _fill_shard(plan, shard, sources)
+
+
+def _fill_shard(plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]) -> Stats:
     import numpy as np
 
     from shardwise.layout import ReadPlan
