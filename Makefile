@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/task_profile.py
 	$(BIN)/python benchmarks/single_shard.py
 	$(BIN)/python benchmarks/icechunk_misaligned.py
+	$(BIN)/python benchmarks/decode_bomb.py
+	$(BIN)/python benchmarks/giant_grid.py
 
 bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py

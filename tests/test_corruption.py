@@ -742,9 +742,12 @@ def test_impossible_metadata_fails_at_open_not_later(make_store) -> None:
 def run_with_deadline(code: str, seconds: int = 2) -> str:
     """Run ``code`` in a child Python, with ``DEADLINE`` in it replaced by an alarm of
     ``seconds`` and at most 3 GiB of address space, so that a hang or a runaway
-    allocation cannot hurt; TimeoutError when the alarm rang. Returns its stdout."""
+    allocation cannot hurt; TimeoutError when the alarm rang. Returns its stdout. The
+    libraries shardwise loads on first use are imported before the alarm is set: the
+    deadline times the work, not imports (seconds on a loaded 2-core machine)."""
     prelude = (
         "import resource, signal\nresource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "import dask.array, xarray, zarr, shardwise.api, shardwise.backend, shardwise.reader\n"
     )
     code = prelude + textwrap.dedent(code).replace("DEADLINE", f"signal.alarm({seconds})")
     proc = subprocess.run(

@@ -5,7 +5,7 @@ import pytest
 import zarr
 
 from shardwise import ChecksumError, CorruptShardError, TruncatedShardError
-from shardwise.index import EMPTY, IndexFormat, check_entries
+from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
 
 
 def table(cps, entries):
@@ -95,3 +95,35 @@ def test_invalid_format():
         IndexFormat((2,), "middle")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="shape"):
         IndexFormat((2,)).encode(np.zeros((3, 2), dtype=np.uint64))
+
+
+@pytest.mark.parametrize(
+    ("entry", "error", "message"),
+    [
+        ((2**64 - 2, 1), TruncatedShardError, "past the end of any shard object"),
+        ((MAX_OBJECT - 99, 100), TruncatedShardError, "past the end of any shard object"),
+        ((8, 4097), CorruptShardError, "larger than its codecs make one"),
+        ((2**64 - 10, 20), CorruptShardError, "overflows"),  # checked first, as before
+    ],
+)
+def test_entries_past_any_object_or_larger_than_a_chunk(entry, error, message):
+    """With the shard's size unknown (an index read alone), entries reaching past the
+    largest object any store holds, or longer than the chunk's codecs make one, are
+    refused -- before a reader turns them into requests."""
+    t = table((3,), {(0,): (0, 8), (2,): entry})
+    with pytest.raises(error, match=message) as info:
+        check_entries(
+            t, data_start=0, data_stop=None, key="c/0", max_stop=MAX_OBJECT - 1, max_nbytes=4096
+        )
+    assert (type(info.value), info.value.chunk, info.value.key) == (error, (2,), "c/0")
+    # the bounds are the caller's: without them, only overflow is an error
+    if message != "overflows":
+        check_entries(t, data_start=0, data_stop=None)
+
+
+def test_largest_entries_allowed():
+    t = table((2,), {(0,): (0, 4096), (1,): (MAX_OBJECT - 101, 100)})
+    check_entries(t, data_start=0, data_stop=None, max_stop=MAX_OBJECT - 1, max_nbytes=4096)
+    # a known size takes over from max_stop
+    with pytest.raises(TruncatedShardError, match="outside the shard object"):
+        check_entries(t, data_start=0, data_stop=5000, max_stop=MAX_OBJECT - 1)

@@ -191,6 +191,31 @@ def test_any_draft_array_reads_back(case, seed):
     np.testing.assert_array_equal(reader[...], values)
 
 
+def test_names_the_spec_allows_read_back():
+    """Spaces, Unicode, a leading ``__`` and periods among other characters are node
+    names (issue 27: only names that could reach outside the root are refused)."""
+    from shardwise.sources import open_source
+
+    store = MemoryStore()
+    values = np.arange(6, dtype="<i2").reshape(2, 3)
+    names = ["é t/__x", "a..b", "g/.hidden", "..a"]
+    for path in names:
+        write_draft(
+            store,
+            path,
+            values,
+            (1, 3),
+            (2, 1),
+            compressor=None,
+            order="C",
+            fill=0,
+            rng=np.random.default_rng(1),
+        )
+    assert set(open_source(store).arrays) == set(names)
+    for path in names:
+        np.testing.assert_array_equal(shardwise.ArrayReader.open(store, path)[...], values)
+
+
 # -- refusals --------------------------------------------------------------------------------
 def _copy(tmp_path, store):
     import shutil

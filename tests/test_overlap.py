@@ -272,3 +272,61 @@ def test_inventory_out_is_never_written_into_the_store(tmp_path, out):
     assert snapshot(tmp_path) == before
     proc = run("inventory", src, "--var", "v", "--out", tmp_path / "table.csv")
     assert proc.returncode == 0, proc.stderr
+
+
+# -- mode="w" / --overwrite removes what is under the destination, and nothing else -----------
+SIBLINGS = ["dst.zarr2/zarr.json", "dst.zarr.bak/zarr.json", "dst.zarrx", "dst1.zarr/zarr.json"]
+
+
+def test_overwrite_removes_only_what_is_under_dst(tmp_path):
+    src = make_v3(tmp_path / "src.zarr")
+    for name in [*SIBLINGS, "dst.zarr/old/zarr.json"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"{}")
+    before = {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("dst.zarr/")}
+    proc = run("reshard", src, tmp_path / "dst.zarr", "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("dst.zarr/")} == before
+    assert "dst.zarr/old/zarr.json" not in after
+
+
+@pytest.mark.parametrize("client", ["s3fs", "obstore"])
+@pytest.mark.parametrize("dst_name", ["dst.zarr", "dst[12].zarr", "dst*.zarr"])
+def test_overwrite_on_s3_removes_only_what_is_under_dst(s3, bucket, tmp_path, client, dst_name):
+    """Keys next to the destination that share its prefix, or that a glob pattern in its
+    name would match, survive ``mode="w"``."""
+    from test_reshard import upload
+    from test_s3 import Target
+
+    local = make_v3(tmp_path / "src.zarr")
+    upload(local, Target(client, s3, bucket, "src.zarr"))
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.storage_options())
+    for name in [*SIBLINGS, "dst1.zarr/zarr.json", "dst2.zarr/zarr.json", "dstX.zarr/zarr.json"]:
+        fs.pipe_file(f"{bucket}/{name}", b"{}")
+    keep = {k for k in _keys(s3, bucket)}
+    src = Target(client, s3, bucket, "src.zarr")
+    dst = Target(client, s3, bucket, dst_name)
+
+    def overwrite():
+        return shardwise.reshard(
+            src.where(),
+            dst.url if client == "s3fs" else dst.where(),
+            mode="w",
+            storage_options=src.options(),
+            target_options=dst.options(),
+        )
+
+    if client == "s3fs" and dst_name != "dst.zarr":
+        # fsspec's rm would expand the pattern (before: dst1.zarr and dst2.zarr deleted)
+        with pytest.raises(shardwise.WriteError, match="glob character"):
+            overwrite()
+        with pytest.raises(shardwise.WriteError, match="glob character"):
+            ds = xr.Dataset({"v": ("x", np.arange(3))})
+            shardwise.to_zarr(ds, dst.url, mode="w", storage_options=dst.options())
+    else:  # obstore removes by listing the prefix
+        overwrite()
+    fs.invalidate_cache()
+    assert keep <= set(_keys(s3, bucket))

@@ -93,3 +93,34 @@ def test_store_errors_in_shard_tasks_name_the_array_and_key(tmp_path):
     assert isinstance(info.value, OSError) and isinstance(info.value, shardwise.ShardwiseError)
     assert info.value.array == "v" and info.value.key.startswith("v/c/")
     assert isinstance(info.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize(
+    "shards, chunks", [((2**40,), (1,)), ((2**62,), (2**61,))], ids=["index", "chunk"]
+)
+def test_grids_no_reader_could_read_are_refused_before_writing(tmp_path, shards, chunks):
+    """A shard of 2**40 inner chunks (a 16 TiB index) or an inner chunk past what numpy
+    holds: refused by every write path, with the destination left absent."""
+    import dask.array as da
+    import xarray as xr
+
+    ds = xr.Dataset({"v": (("t",), np.arange(20, dtype="f4"))}).chunk(t=5)
+    with pytest.raises(shardwise.TooLargeError, match="Nothing was written") as info:
+        enc = {"v": {"shards": shards, "chunks": chunks}}
+        shardwise.to_zarr(ds, tmp_path / "a.zarr", encoding=enc, consolidated=False)
+    assert info.value.array == "v" and info.value.key == "v/zarr.json"
+    with pytest.raises(shardwise.TooLargeError, match="Nothing was written"):
+        shardwise.to_zarr(
+            da.arange(20, chunks=5), tmp_path / "b.zarr", shards=shards, chunks=chunks
+        )
+    src = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
+    src.create_array("v", shape=(20,), chunks=(5,), dimension_names=["t"], dtype="f4")[...] = 1
+    # (reshard caps inner chunks at the extent: 2**62 along 20 values is then no multiple)
+    with pytest.raises((shardwise.TooLargeError, shardwise.WriteError)):
+        shardwise.reshard(
+            tmp_path / "src.zarr",
+            tmp_path / "c.zarr",
+            shards={"t": shards[0]},
+            chunks={"t": chunks[0]},
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]

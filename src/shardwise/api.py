@@ -29,7 +29,10 @@ from typing import Any, Literal
 import numpy as np
 
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
+from shardwise.layout import check_write_geometry
+from shardwise.metadata import ArrayInfo, metadata_key
 from shardwise.shard import WRITE_ORDERS
+from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
 
 __all__ = ["auto_chunks", "auto_shards", "open_dataset", "to_zarr"]
 
@@ -50,7 +53,6 @@ def _refuse_overwriting_sources(
     read."""
     if store is None:
         return
-    from shardwise.storage import check_apart, location
 
     dst = location(store, path, storage_options)
     for src in _read_locations(obj):
@@ -69,7 +71,6 @@ def _read_locations(obj: Any) -> Iterator[Any]:
     import xarray as xr
 
     from shardwise.reader import ArrayReader
-    from shardwise.storage import location
 
     if isinstance(obj, xr.DataTree):
         datas = [v for node in obj.subtree for v in node.variables.values()]
@@ -453,6 +454,8 @@ class _Capture:
         from xarray.namedarray.pycompat import is_chunked_array
 
         target = self._regrid(target)
+        if self.dry:  # a grid no reader could read is refused before anything is written
+            _check_geometry(target)
         region = tuple(region) if region else (slice(None),) * len(target.shape)
         offset = _offsets(source, target, region)
         if is_chunked_array(source):
@@ -471,6 +474,26 @@ class _Capture:
 
     def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
         return None
+
+
+def _check_geometry(target: Any) -> None:
+    """:func:`~shardwise.layout.check_write_geometry` for a zarr array xarray created."""
+
+    meta = target.metadata
+    sharding = getattr(meta, "sharding_codec", None) if meta.zarr_format == 3 else None
+    grid = meta.chunk_grid if meta.zarr_format == 3 else None
+    outer: Any = getattr(grid, "chunk_shape", None) or getattr(grid, "chunk_shapes", None)
+    if sharding is None:
+        outer, inner = None, tuple(target.chunks)
+    else:
+        inner = tuple(sharding.chunk_shape)
+    check_write_geometry(
+        outer,
+        inner,
+        target.dtype.itemsize,
+        array=target.basename,
+        key=metadata_key(target.path),
+    )
 
 
 def _grow_grids(
@@ -590,7 +613,6 @@ def _overlay_of(store: Any, storage_options: Any) -> Any:
     from zarr.storage import MemoryStore, StorePath
 
     from shardwise.overlay import OverlayStore
-    from shardwise.storage import read_only_store_path
 
     try:
         base = read_only_store_path(store, storage_options)
@@ -737,7 +759,9 @@ def to_zarr(
     from shardwise.arrays import array_to_zarr, is_array
 
     if mode == "w":  # replacing what is there: never what the data is read from
-        _refuse_overwriting_sources(obj, store, storage_options, path if is_array(obj) else group)
+        where = path if is_array(obj) else group
+        check_replaceable(store, where, storage_options)
+        _refuse_overwriting_sources(obj, store, storage_options, where)
     # zarr-python's create_array arguments, for one dask array written at `path`
     creation = {
         "compressors": compressors,
@@ -1193,7 +1217,6 @@ def _data_graph(
     by this call, so no shard of it exists yet). ``store``: write through this store
     instead of the array's (an Icechunk fork's store: the delayed then computes to the
     fork session holding the changes)."""
-    from shardwise.metadata import ArrayInfo
     from shardwise.writer import store_dask_array
 
     empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
+from shardwise.layout import check_write_geometry
 
 __all__ = ["array_to_zarr", "from_zarr"]
 
@@ -189,6 +190,13 @@ def array_to_zarr(
             grown = _appended_grid(existing, x, append_dim, name)
             fresh = False
             arr = existing
+        if arr is None:
+            check_write_geometry(
+                plan.edges if plan.edges is not None else plan.shards,
+                plan.inner,
+                x.dtype.itemsize,
+                array=name,
+            )
         # -- everything checked: now write metadata ------------------------------------------
         if arr is None:
             arr = _create(

@@ -18,6 +18,14 @@ Reads run concurrently (``shardwise.inventory-concurrency``, dask config, defaul
 at a time); past ``shardwise.inventory-batch`` (default 1000) stored shards, batches of
 that many run as dask tasks on the current scheduler, each returning the small arrays
 of its shards' sizes.
+
+:func:`info` costs that and no more: its totals are summed shard by shard, so an array
+whose grid has 10**14 shards of which a few are stored costs a few index reads. An
+:func:`inventory` is a Dataset with a cell per inner chunk of the *whole* grid: it is
+refused (:class:`~shardwise.errors.TooLargeError`, before its indexes are read) when
+the grid holds more than ``shardwise.inventory-cells`` (dask config, default
+:data:`INVENTORY_CELLS`) inner chunks and more than :data:`INVENTORY_SPARSITY` times
+the inner chunks of the shards stored.
 """
 
 from __future__ import annotations
@@ -26,23 +34,29 @@ import asyncio
 import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.errors import ShardwiseError, TruncatedShardError
+from shardwise.errors import CorruptShardError, ShardwiseError, TooLargeError, TruncatedShardError
 from shardwise.index import EMPTY, IndexFormat, check_entries
+from shardwise.layout import INT64_MAX, check_chunks_per_shard
+from shardwise.metadata import metadata_key
+from shardwise.sources import open_source
 
 if TYPE_CHECKING:
     import xarray as xr
 
+    from shardwise.layout import DimGrid
     from shardwise.metadata import ArrayInfo
     from shardwise.sources import Source
 
 __all__ = [
+    "INVENTORY_CELLS",
+    "INVENTORY_SPARSITY",
     "ArrayChoiceError",
     "ArraySummary",
     "Info",
@@ -55,10 +69,19 @@ __all__ = [
     "probe",
     "stored",
     "summary",
+    "totals",
 ]
 
 DEFAULT_BATCH = 1000  # stored shards per dask task (dask config "shardwise.inventory-batch")
 DEFAULT_CONCURRENCY = 64  # requests in flight per batch ("shardwise.inventory-concurrency")
+INVENTORY_CELLS = 2**24
+"""Inner chunks an :func:`inventory`'s grid may always have ("shardwise.inventory-cells"
+in dask config): its Dataset takes about 17 bytes a cell (``stored_bytes``, ``present``,
+``shard``), twice that while it is built: 0.5 GiB at this size."""
+INVENTORY_SPARSITY = 64
+"""Past :data:`INVENTORY_CELLS`, the grid of an :func:`inventory` may have at most this
+many inner chunks per inner chunk of the shards stored: its memory then stays in
+proportion to what is stored (whose indexes are read anyway, 16 bytes a cell)."""
 # documents that live beside an array's chunks and are none of them
 _DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 Sizes = npt.NDArray[np.int64]  # stored bytes per inner chunk of a shard, -1 where absent
@@ -164,6 +187,7 @@ def index_format(
     per_shard = info.layout.chunks_per_shard(shard)
     fmt = None if cache is None else cache.get(per_shard)
     if fmt is None:
+        check_chunks_per_shard(per_shard, array=info.name, key=metadata_key(info.path))
         fmt = index_format_from_codecs(
             codec.index_codecs, per_shard, str(codec.index_location), array=info.name
         )
@@ -220,8 +244,21 @@ async def _probe_one(
     table = fmt.decode(raw, array=info.name, key=key)
     start, stop = fmt.data_bounds(size)
     check_entries(table, data_start=start, data_stop=stop, array=info.name, key=key)
+    empty = table[..., 0] == EMPTY
+    huge = ~empty & (table[..., 1] > np.uint64(INT64_MAX))
+    if huge.any():  # only an object of unknown size can claim it: no such chunk exists
+        at = tuple(int(x) for x in np.argwhere(huge)[0])
+        raise CorruptShardError(
+            "shard index entry claims an inner chunk larger than any object",
+            expected="nbytes < 2**63",
+            found=f"nbytes={int(table[at][1])}",
+            array=info.name,
+            key=key,
+            chunk=at,
+            advice="The shard index is corrupt; rewrite the shard from its source.",
+        )
     sizes = table[..., 1].astype(np.int64)
-    sizes[table[..., 0] == EMPTY] = -1
+    sizes[empty] = -1
     return sizes, requests
 
 
@@ -286,7 +323,9 @@ def probe(store: Any, info: ArrayInfo, found: Stored) -> list[tuple[Sizes | None
 # -- the chunk grid -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Axis:
-    """The inner chunks along one dimension that hold part of the array."""
+    """The inner chunks along one dimension that hold part of the array (built only
+    once the grid's size has been checked: these arrays are as long as the dimension
+    has inner chunks)."""
 
     first: npt.NDArray[np.int64]  # per shard: its first inner chunk's number
     count: npt.NDArray[np.int64]  # per shard: how many of its inner chunks hold data
@@ -295,13 +334,13 @@ class _Axis:
     shard: npt.NDArray[np.int64]  # per inner chunk: the shard holding it
 
     @classmethod
-    def of(cls, dim: Any) -> _Axis:
+    def of(cls, dim: DimGrid) -> _Axis:
         n = dim.nshards
+        starts = dim.starts()  # each below the extent: no sum here passes 2**63 - 1
         if isinstance(dim.shards, int):
             sizes = np.full(n, dim.shards, dtype=np.int64)
         else:
             sizes = np.asarray(dim.shards[:n], dtype=np.int64)
-        starts = np.cumsum(sizes) - sizes
         inner = sizes if dim.inner is None else np.full(n, dim.inner, dtype=np.int64)
         count = -(-np.minimum(sizes, dim.extent - starts) // inner)
         first = np.cumsum(count) - count
@@ -314,6 +353,15 @@ class _Axis:
             size=np.repeat(inner, count),
             shard=np.repeat(np.arange(n, dtype=np.int64), count),
         )
+
+
+def _total(values: npt.NDArray[np.int64]) -> int:
+    """The sum of non-negative int64 values, exact (numpy's would wrap past 2**63)."""
+    if not values.size:
+        return 0
+    if int(values.max()) <= INT64_MAX // values.size:
+        return int(values.sum())
+    return sum(values.tolist())
 
 
 def _dim_names(info: ArrayInfo) -> list[str]:
@@ -376,7 +424,8 @@ def _ratio(raw: int, stored: int) -> float | None:
 
 # -- inventory ----------------------------------------------------------------------------
 def _select(src: Source, variable: str | None) -> ArrayInfo:
-    choices = sorted([*src.arrays, *src.unreadable])
+    # a damaged document is no choice unless asked for by name (then its error is raised)
+    choices = sorted([*src.arrays, *(p for p in src.unreadable if p not in src.damaged)])
     where = src.base or "/"
     if variable is None:
         if len(choices) != 1:
@@ -430,12 +479,31 @@ def inventory(
       :func:`summary`), JSON-ready.
 
     An unsharded array (Zarr v2, unsharded Zarr v3 or draft arrays) has one inner
-    chunk per shard: its chunks. Raises the error a read would for a damaged index.
+    chunk per shard: its chunks. Raises the error a read would for a damaged index, and
+    :class:`~shardwise.errors.TooLargeError` (before any index is read) for a grid far
+    larger than what is stored: more than ``shardwise.inventory-cells`` (dask config,
+    default :data:`INVENTORY_CELLS`) inner chunks and more than
+    :data:`INVENTORY_SPARSITY` per inner chunk of the stored shards; :func:`info` gives
+    its totals.
     """
-    from shardwise.sources import open_source
 
     src = open_source(store, group, storage_options)
     return _inventory(src, _select(src, variable))
+
+
+def totals(
+    store: Any,
+    variable: str | None = None,
+    *,
+    group: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The attributes of :func:`inventory` (geometry, codecs and totals; what
+    :func:`summary` prints) without its Dataset: one listing and an index read per
+    stored shard, whatever the size of the grid, so never refused for it."""
+
+    src = open_source(store, group, storage_options)
+    return _scan(src, _select(src, variable))
 
 
 def inventories(
@@ -446,32 +514,73 @@ def inventories(
 ) -> dict[str, xr.Dataset]:
     """:func:`inventory` of every array under ``group``, by path relative to it. Arrays
     shardwise cannot read (strings...) are left out; :func:`info` lists them."""
-    from shardwise.sources import open_source
 
     src = open_source(store, group, storage_options)
     return {path: _inventory(src, a) for path, a in src.arrays.items()}
 
 
-def _inventory(src: Source, info: ArrayInfo) -> xr.Dataset:
+def _found(src: Source, info: ArrayInfo) -> Stored:
+    """The stored shards of an array: one listing."""
     from zarr.core.sync import sync
 
     keys, sizes = sync(_listing(src.store, info.data_prefix))
-    found = stored(info, keys, sizes)
-    probed = probe(src.store, info, found)
-    return _dataset(src, info, found, probed)
+    return stored(info, keys, sizes)
 
 
-def _dataset(
-    src: Source, info: ArrayInfo, found: Stored, probed: list[tuple[Sizes | None, int]]
-) -> xr.Dataset:
-    import xarray as xr
+def _scan(src: Source, info: ArrayInfo) -> dict[str, Any]:
+    """An array's inventory totals (the attributes of its :func:`inventory`), from its
+    stored shards alone: one listing and an index read per stored shard, never a pass
+    over the grid."""
+    found = _found(src, info)
+    return _attrs(src, info, found, probe(src.store, info, found))
+
+
+def _inventory(src: Source, info: ArrayInfo) -> xr.Dataset:
+    found = _found(src, info)
+    _check_grid(info, found)
+    return _dataset(src, info, found, probe(src.store, info, found))
+
+
+def _check_grid(info: ArrayInfo, found: Stored) -> None:
+    """Refuse an inventory whose grid is far larger than what is stored (see the module
+    docstring), before its indexes are read or a cell of it is allocated."""
+    import dask.config
 
     layout = info.layout
-    axes = [_Axis.of(d) for d in layout.dims]
-    grid = tuple(len(a.start) for a in axes)
-    out = np.full(grid, -1, dtype=np.int64)
+    per_dim = layout.ninner
+    # an empty dimension leaves no cells, but the others' coordinates are still listed
+    cells = max(math.prod(per_dim), max(per_dim, default=0))
+    limit = int(dask.config.get("shardwise.inventory-cells", INVENTORY_CELLS))
+    if cells <= limit:
+        return
+    in_stored = sum(math.prod(layout.chunks_per_shard(s)) for s in found.shards)
+    if cells <= INVENTORY_SPARSITY * in_stored:
+        return
+    what = "inner chunks" if info.sharding is not None else "chunks"
+    raise TooLargeError(
+        f"an inventory has a cell per {what[:-1]} of the whole grid, and this grid is far "
+        "larger than what is stored",
+        expected=f"at most {limit:,} {what} (shardwise.inventory-cells), or at most "
+        f"{INVENTORY_SPARSITY} per {what[:-1]} of the stored shards",
+        found=f"{' x '.join(f'{n:,}' for n in per_dim)} = {math.prod(per_dim):,} {what}, "
+        f"{len(found.shards):,} shards stored holding {in_stored:,}",
+        array=info.name,
+        key=metadata_key(info.path),
+        advice="Use shardwise.info (or `shardwise info PATH`): its totals come from the "
+        "stored shards alone. To build the inventory anyway, raise the limit with "
+        "dask.config.set({'shardwise.inventory-cells': n}) (about 35 bytes per cell "
+        "while it is built).",
+    )
+
+
+def _attrs(
+    src: Source, info: ArrayInfo, found: Stored, probed: list[tuple[Sizes | None, int]]
+) -> dict[str, Any]:
+    """An inventory's attributes: the totals, summed over the stored shards only."""
+    layout = info.layout
     sharded = info.sharding is not None
     shards_present = index_bytes = outside_bytes = object_bytes = 0
+    chunks_present = chunk_bytes = raw_present = 0
     requests = 1  # the listing
     formats: dict[tuple[int, ...], IndexFormat] = {}
     for i, (shard, (sizes, n)) in enumerate(zip(found.shards, probed, strict=True)):
@@ -483,43 +592,25 @@ def _dataset(
             object_bytes += found.sizes[i]
         if sharded:
             index_bytes += index_format(info, shard, formats).nbytes
-        counts = [int(a.count[s]) for a, s in zip(axes, shard, strict=True)]
-        inside = np.asarray(sizes[tuple(slice(0, c) for c in counts)])
-        where = tuple(
-            slice(int(a.first[s]), int(a.first[s]) + c)
-            for a, s, c in zip(axes, shard, counts, strict=True)
-        )
-        out[where] = inside
-        outside_bytes += int(sizes[sizes > 0].sum()) - int(inside[inside > 0].sum())
+        inside = sizes[
+            tuple(slice(0, d.inner_in_shard(s)) for d, s in zip(layout.dims, shard, strict=True))
+        ]
+        present = inside[inside >= 0]
+        chunks_present += present.size
+        inside_bytes = _total(present)
+        chunk_bytes += inside_bytes
+        outside_bytes += _total(sizes[sizes > 0]) - inside_bytes
+        # the decoded size of the stored inner chunks: every inner chunk of a shard has
+        # the shard's inner shape
+        raw_present += present.size * math.prod(layout.inner_shape(shard))
 
-    present = out >= 0
-    stored_bytes = np.where(present, out, 0)
     itemsize = info.dtype.itemsize
-    # the decoded size of the stored inner chunks: their count weighted by their
-    # (per-dimension) sizes, one dimension contracted at a time
-    weighted: Any = present.astype(np.int64)
-    for a in reversed(axes):
-        weighted = weighted @ a.size
-    flat = np.zeros(grid, dtype=np.int64)
-    for d, a in enumerate(axes):
-        stride = math.prod(layout.grid_shape[d + 1 :])
-        flat = flat + (a.shard * stride).reshape([-1 if i == d else 1 for i in range(len(grid))])
-
-    names = _dim_names(info)
-    dims = [f"{n}_chunk" for n in names]
-    coords: dict[str, Any] = {}
-    for name, dim, a in zip(names, dims, axes, strict=True):
-        coords[f"{name}_start"] = (dim, a.start, {"long_name": f"first index along {name}"})
-        coords[f"{name}_shard"] = (dim, a.shard, {"long_name": f"shard coordinate along {name}"})
-
-    chunks_present = int(present.sum())
-    chunk_bytes = int(stored_bytes.sum())
-    raw_present = int(weighted) * itemsize
+    raw_present *= itemsize
     raw_total = math.prod(info.shape) * itemsize
     total_bytes = chunk_bytes + index_bytes + outside_bytes
-    chunks_total = math.prod(grid)
+    chunks_total = math.prod(layout.ninner)
     codec = info.sharding
-    attrs: dict[str, Any] = {
+    return {
         "array": info.name,
         "format": src.kind,
         "store": _store_name(src.store),
@@ -551,6 +642,40 @@ def _dataset(
         "stray_keys": len(found.strays),
         "requests": requests,
     }
+
+
+def _dataset(
+    src: Source, info: ArrayInfo, found: Stored, probed: list[tuple[Sizes | None, int]]
+) -> xr.Dataset:
+    """The inventory Dataset (its grid's size checked by :func:`_check_grid`)."""
+    import xarray as xr
+
+    layout = info.layout
+    axes = [_Axis.of(d) for d in layout.dims]
+    grid = tuple(len(a.start) for a in axes)
+    sizes_of = np.full(grid, -1, dtype=np.int64)
+    for shard, (sizes, _) in zip(found.shards, probed, strict=True):
+        if sizes is None:
+            continue
+        counts = [int(a.count[s]) for a, s in zip(axes, shard, strict=True)]
+        where = tuple(
+            slice(int(a.first[s]), int(a.first[s]) + c)
+            for a, s, c in zip(axes, shard, counts, strict=True)
+        )
+        sizes_of[where] = sizes[tuple(slice(0, c) for c in counts)]
+    present = sizes_of >= 0
+    stored_bytes = np.maximum(sizes_of, 0, out=sizes_of)  # in place: 0 where absent
+    flat = np.zeros(grid, dtype=np.int64)
+    for d, a in enumerate(axes):
+        stride = math.prod(layout.grid_shape[d + 1 :])  # the grid's shards fit: checked
+        flat += (a.shard * stride).reshape([-1 if i == d else 1 for i in range(len(grid))])
+
+    names = _dim_names(info)
+    dims = [f"{n}_chunk" for n in names]
+    coords: dict[str, Any] = {}
+    for name, dim, a in zip(names, dims, axes, strict=True):
+        coords[f"{name}_start"] = (dim, a.start, {"long_name": f"first index along {name}"})
+        coords[f"{name}_shard"] = (dim, a.shard, {"long_name": f"shard coordinate along {name}"})
     return xr.Dataset(
         {
             "stored_bytes": (dims, stored_bytes, {"long_name": "stored bytes", "units": "B"}),
@@ -558,7 +683,7 @@ def _dataset(
             "shard": (dims, flat, {"long_name": "shard number (C order)"}),
         },
         coords=coords,
-        attrs=attrs,
+        attrs=_attrs(src, info, found, probed),
     )
 
 
@@ -567,8 +692,8 @@ def _bytes(n: int | None) -> str:
     if n is None:
         return "?"
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
             return f"{int(size)} B" if unit == "B" else f"{size:.2f} {unit}"
         size /= 1024
     raise AssertionError  # pragma: no cover
@@ -611,8 +736,10 @@ class ArraySummary:
     error: str | None = None
 
     @classmethod
-    def of(cls, path: str, info: ArrayInfo, ds: xr.Dataset | None) -> ArraySummary:
-        a = ds.attrs if ds is not None else None
+    def of(cls, path: str, info: ArrayInfo, totals: Mapping[str, Any] | None) -> ArraySummary:
+        """The summary of an array; ``totals`` are its inventory's attributes (None when
+        it was not scanned)."""
+        a = totals
         return cls(
             path=path,
             shape=info.shape,
@@ -680,6 +807,7 @@ class Info:
     groups: tuple[str, ...]
     arrays: tuple[ArraySummary, ...]
     unreadable: tuple[tuple[str, str], ...] = field(default=())  # (path, why)
+    damaged: tuple[str, ...] = field(default=())  # of those, documents no reader opens
 
     @property
     def stored_bytes(self) -> int | None:
@@ -702,6 +830,7 @@ class Info:
             "ratio": None if stored_ is None else _ratio(self.raw_bytes, stored_),
             "arrays": [a.to_dict() for a in self.arrays],
             "unreadable": [{"path": p, "error": e} for p, e in self.unreadable],
+            "damaged": list(self.damaged),
         }
 
     def __str__(self) -> str:
@@ -723,7 +852,8 @@ class Info:
             )
         body = [line for a in self.arrays for line in ["", *a.lines()]]
         for path, why in self.unreadable:
-            body += ["", f"{path or '/'}  (cannot be read by shardwise)", f"  error    {why}"]
+            what = "damaged document" if path in self.damaged else "cannot be read by shardwise"
+            body += ["", f"{path or '/'}  ({what})", f"  error    {why}"]
         return "\n".join(head + body)
 
 
@@ -739,8 +869,9 @@ def info(
     codecs and (``scan``, the default) its :func:`inventory` totals: shards and inner
     chunks stored, stored bytes and compression ratio. ``scan=False`` reads the
     metadata only. An array whose inventory fails (a damaged index) is listed with its
-    error."""
-    from shardwise.sources import open_source
+    error. The totals are summed over the stored shards alone: what a scan costs
+    follows the shards stored (a listing and an index read each), whatever the size of
+    the grid."""
 
     src = open_source(store, group, storage_options)
     arrays = []
@@ -749,7 +880,7 @@ def info(
             arrays.append(ArraySummary.of(path, a, None))
             continue
         try:
-            arrays.append(ArraySummary.of(path, a, _inventory(src, a)))
+            arrays.append(ArraySummary.of(path, a, _scan(src, a)))
         except ShardwiseError as e:
             failed = ArraySummary.of(path, a, None)
             arrays.append(
@@ -767,12 +898,16 @@ def info(
         unreadable=tuple(
             (p, f"{type(e).__name__}: {e}") for p, e in sorted(src.unreadable.items())
         ),
+        damaged=tuple(sorted(src.damaged)),
     )
 
 
-def summary(ds: xr.Dataset) -> str:
-    """The text ``shardwise inventory`` prints for an :func:`inventory`."""
-    a = ds.attrs
+def summary(ds: xr.Dataset | Mapping[str, Any]) -> str:
+    """The text ``shardwise inventory`` prints for an :func:`inventory` (or for its
+    attributes, :func:`totals`)."""
+    import xarray as xr
+
+    a = ds.attrs if isinstance(ds, xr.Dataset) else ds  # (a Dataset is a Mapping too)
     cp, ct = a["chunks_present"], a["chunks_total"]
     sp, st = a["shards_present"], a["shards_total"]
     ratio = "-" if a["compression_ratio"] is None else f"{a['compression_ratio']:.2f}x"

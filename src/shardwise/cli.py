@@ -458,7 +458,8 @@ def _plural(n: int, word: str) -> str:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="\b\nExit status:\n"
     "  0    done, nothing wrong\n"
-    "  1    the command found problems (verify: damaged shards)\n"
+    "  1    the command found problems (verify: damaged shards; info and\n"
+    "       inventory: damaged metadata documents, the rest reported)\n"
     "  2    bad usage, or input that cannot be read (no store there, an existing\n"
     "       destination, a store of the wrong kind): one line on stderr says why\n"
     "  130  interrupted (Ctrl-C)",
@@ -667,7 +668,7 @@ def info(run: Run, path: str, group: str | None, no_scan: bool) -> int:
         scan=not no_scan,
     )
     run.emit(str(found), found.to_dict())
-    return EXIT_OK
+    return EXIT_PROBLEMS if found.damaged else EXIT_OK
 
 
 _TABLE_SUFFIXES = (".nc", ".zarr", ".csv")
@@ -687,21 +688,30 @@ def inventory(run: Run, path: str, variable: str | None, group: str | None, out:
     """The stored inner chunks of an array of PATH: a summary, and with --out the
     table of every inner chunk (stored or not, its bytes, its shard)."""
     import shardwise
-    from shardwise.catalog import summary
+    from shardwise.catalog import summary, totals
 
     engine = None if out is None else _table_engine(out)  # refused before the scan
     if out is not None:  # the table is never written into (or around) the store read
         from shardwise.storage import check_apart, location
 
         check_apart(location(path, None, run.storage_options(path)), location(out), what="--out")
-    table = shardwise.inventory(
-        _on_workers(run, path), variable, group=group, storage_options=run.storage_options(path)
-    )
-    if out is not None:
-        _write_table(table, out, engine)
-    text = summary(table) + (f"\ntable    written to {out}" if out else "")
-    run.emit(text, {**table.attrs, "out": out})
-    return EXIT_OK
+    where, options = _on_workers(run, path), run.storage_options(path)
+    damaged: tuple[str, ...] = ()
+    if variable is None:  # damaged documents beside the array: reported, then passed over
+        found = shardwise.info(where, group=group, storage_options=options, scan=False)
+        damaged = found.damaged
+        for name, why in found.unreadable:
+            if name in damaged:
+                click.echo(f"shardwise: damaged document ({name or '/'}): {why}", err=True)
+    code = EXIT_PROBLEMS if damaged else EXIT_OK
+    if out is None:  # the summary alone: from the stored shards, whatever the grid's size
+        attrs = totals(where, variable, group=group, storage_options=options)
+        run.emit(summary(attrs), {**attrs, "out": None})
+        return code
+    table = shardwise.inventory(where, variable, group=group, storage_options=options)
+    _write_table(table, out, engine)
+    run.emit(f"{summary(table)}\ntable    written to {out}", {**table.attrs, "out": out})
+    return code
 
 
 def _table_engine(out: str) -> str | None:

@@ -1,9 +1,16 @@
 """Inner chunk decoding: bytes -> array, for one inner chunk (or one unsharded chunk).
 
 A fast path on numcodecs and numpy covers the codecs everyone uses (``bytes`` in either
-byte order, ``transpose``, ``zstd``, ``gzip``, ``blosc``, ``crc32c``, nested
-``sharding_indexed``). Any other codec registered with zarr-python is decoded through
-zarr-python's own codec pipeline, so nothing zarr-python can read is refused here.
+byte order, ``transpose``, ``zstd``, ``gzip``, numcodecs' ``zlib``, ``blosc``,
+``crc32c``, nested ``sharding_indexed``). Any other codec registered with zarr-python is
+decoded through zarr-python's own codec pipeline, so nothing zarr-python can read is
+refused here.
+
+What a chunk's bytes claim never sizes memory: the fast path decompresses every chunk
+into at most the size its shape and data type give through the chain, and refuses a
+frame that claims or makes more (a decompression bomb) as a ``CorruptShardError``
+naming the array, key and inner chunk; :meth:`ShardDecoder.decode_index` refuses index
+entries longer than the chunk's codecs make one, or reaching past any store object.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from shardwise.errors import (
     UnsupportedCodecError,
     WriteError,
 )
-from shardwise.index import EMPTY, IndexFormat, check_entries, crc32c
+from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries, crc32c
 
 __all__ = [
     "ChunkDecoder",
@@ -119,9 +126,10 @@ class _ChunkCodec:
     def _prepare(self) -> None:
         """Build the fast path for this chain (subclasses)."""
 
-    def _zarr_pipeline(self) -> tuple[Any, Any, Any]:
-        """zarr-python's codec pipeline for the chain, the chunk's ArraySpec and the
-        buffer prototype: the fallback for chains the fast paths do not cover."""
+    def _zarr_pipeline(self, codecs: Sequence[Any] | None = None) -> tuple[Any, Any, Any]:
+        """zarr-python's codec pipeline for the chain (or the first ``codecs`` of it),
+        the chunk's ArraySpec and the buffer prototype: the fallback for chains the fast
+        paths do not cover."""
         from zarr.core.array_spec import ArrayConfig, ArraySpec
         from zarr.core.buffer import default_buffer_prototype
         from zarr.registry import get_pipeline_class
@@ -130,33 +138,47 @@ class _ChunkCodec:
         spec = ArraySpec(
             self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
         )
-        return get_pipeline_class().from_codecs(self.codecs), spec, prototype
+        chain = self.codecs if codecs is None else codecs
+        return get_pipeline_class().from_codecs(chain), spec, prototype
 
 
 class ChunkDecoder(_ChunkCodec):
-    """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain."""
+    """Decodes the bytes of one chunk of a fixed shape through a zarr v3 codec chain.
+
+    Memory is sized by the chunk, never by what its bytes claim: every decompression
+    shardwise does itself (zstd, gzip, zlib, lz4, blosc) writes into a buffer of the
+    size the chunk's shape and data type give through the chain (exactly, next to
+    ``bytes``; a bound on what a compressor makes of the next stage's bytes, between two
+    compressors), and a frame that claims or produces more is a
+    :class:`~shardwise.errors.CorruptShardError`. Chains the fast path does not cover
+    (:attr:`fast` False) are decoded by zarr-python's own pipeline, after shardwise has
+    decoded, with the same bound, the compressors that end them where the size of what
+    they compress is known (Zarr v2 filters before zstd or blosc, say); the result is
+    checked for its shape, and the memory of the codecs zarr-python decodes is
+    zarr-python's own. :attr:`max_encoded` is the most bytes an encoded chunk may take
+    (None where not known): :class:`ShardDecoder` refuses index entries claiming more.
+    """
 
     def _prepare(self) -> None:
-        # (steps before, decompressor, its name, the bytes codec's view) where the chain
-        # ends in one compressor next to `bytes` in native order: then a chunk can be
+        # (steps before, decompressor, the bytes codec's view) where the chain ends in
+        # one compressor next to `bytes` in native order: then a chunk can be
         # decompressed straight into memory the caller gives (decode_into)
-        self._direct: tuple[list[Callable[[Any, _Context], Any]], Any, str, _ToArray] | None
+        self._direct: tuple[list[Callable[[Any, _Context], Any]], _Decompressor, _ToArray] | None
         self._direct = None
+        # the most bytes one encoded chunk can take (None: not known)
+        self.max_encoded: int | None = None
         self._steps: list[Callable[[Any, _Context], Any]] | None = self._fast_steps()
+        # chains zarr-python decodes: the codecs it decodes, after shardwise's bounded
+        # decoding of the compressors and checksums that end the chain (``_tail``)
+        self._head: tuple[Any, ...] = self.codecs
+        self._tail: list[Callable[[Any, _Context], Any]] = []
+        if self._steps is None:
+            self._plan_tail()
 
     # -- building ------------------------------------------------------------------------
     def _fast_steps(self) -> list[Callable[[Any, _Context], Any]] | None:
         """Decode steps in decode order, or None when zarr-python must decode."""
-        import numcodecs
-        from zarr.codecs import (
-            BloscCodec,
-            BytesCodec,
-            Crc32cCodec,
-            GzipCodec,
-            ShardingCodec,
-            TransposeCodec,
-            ZstdCodec,
-        )
+        from zarr.codecs import BytesCodec, ShardingCodec, TransposeCodec
 
         if self.dtype.kind not in _FAST_KINDS or self.dtype.hasobject:
             return None
@@ -168,59 +190,89 @@ class ChunkDecoder(_ChunkCodec):
                 array_array.append(codec)
             elif array_bytes is None and isinstance(codec, BytesCodec | ShardingCodec):
                 array_bytes = codec
-            elif array_bytes is not None and isinstance(
-                codec, Crc32cCodec | ZstdCodec | GzipCodec | BloscCodec
-            ):
+            elif array_bytes is not None and _decompressor(codec, check=True):
                 bytes_bytes.append(codec)
             else:
                 return None
         if array_bytes is None:
             return None
 
-        def decompressor(codec: Any) -> tuple[Any, str]:
-            if isinstance(codec, ZstdCodec):
-                return numcodecs.Zstd(), "zstd"
-            if isinstance(codec, GzipCodec):
-                return numcodecs.GZip(), "gzip"
-            return numcodecs.Blosc(), "blosc"
-
-        # the decompressor next to a `bytes` codec decompresses straight into an array
-        fuse = (
-            isinstance(array_bytes, BytesCodec)
-            and bool(bytes_bytes)
-            and not isinstance(bytes_bytes[0], Crc32cCodec)
-        )
-        steps: list[Callable[[Any, _Context], Any]] = []
-        for i, codec in reversed(list(enumerate(bytes_bytes))):
-            if isinstance(codec, Crc32cCodec):
-                steps.append(_verify_crc32c)
-            elif not (fuse and i == 0):
-                steps.append(_numcodecs_step(*decompressor(codec)))
-
         encoded_shape = self.shape
         for t in array_array:
             encoded_shape = tuple(encoded_shape[i] for i in t.order)
+        steps: list[Callable[[Any, _Context], Any]] | None
         if isinstance(array_bytes, BytesCodec):
             endian = array_bytes.endian
             stored = self.dtype
             if self.dtype.itemsize > 1 and endian is not None:
                 stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
             to_array = _ToArray(stored, self.dtype, encoded_shape)
-            if fuse:
-                codec, name = decompressor(bytes_bytes[0])
+            dec = _decompressor(bytes_bytes[0]) if bytes_bytes else None
+            if dec is not None:
+                # the decompressor next to `bytes` decompresses straight into an array
+                steps, size = _bytes_steps(
+                    bytes_bytes[1:], _compressed_bound(to_array.expected), exact=False
+                )
+                if steps is None:  # pragma: no cover - every stage here has a bound
+                    return None
                 if not array_array and not to_array.swap:
-                    self._direct = (list(steps), codec, name, to_array)
-                steps.append(_decompress_to_array_step(codec, name, to_array))
+                    self._direct = (list(steps), dec, to_array)
+                steps.append(_decompress_to_array_step(dec, to_array))
             else:
+                steps, size = _bytes_steps(bytes_bytes, to_array.expected, exact=True)
+                if steps is None:  # pragma: no cover - every stage here has a bound
+                    return None
                 steps.append(to_array)
         else:
             nested = ShardDecoder(
                 array_bytes, encoded_shape, self.zdtype, self.fill_value, array=self.array
             )
+            steps, size = _bytes_steps(bytes_bytes, nested.max_nbytes, exact=False)
+            if steps is None:
+                return None  # a compressor over a nested shard of no known bound
             steps.append(lambda data, ctx: nested.decode(data, key=ctx.key, chunk=ctx.chunk))
         for t in reversed(array_array):
             steps.append(_transpose_step(tuple(int(i) for i in np.argsort(t.order))))
+        self.max_encoded = size
         return steps
+
+    def _plan_tail(self) -> None:
+        """For a chain zarr-python decodes: the compressors and checksums shardwise
+        decodes that end it (zstd, gzip, zlib, lz4, blosc, crc32c) are decoded here,
+        with a bound, where the size of what they encode is known (the array codecs'
+        encoded shape and data type through ``bytes``, other bytes codecs held to a
+        compressor's bound); zarr-python decodes the rest."""
+        from zarr.abc.codec import ArrayArrayCodec, BytesBytesCodec
+        from zarr.codecs import BytesCodec
+
+        codecs = list(self.codecs)
+        cut = len(codecs)
+        while cut and _decompressor(codecs[cut - 1], check=True):
+            cut -= 1
+        if cut == len(codecs) or not cut:
+            return
+        head = codecs[:cut]
+        size: int | None = None
+        exact = True  # what ``bytes`` makes of the array: exactly ``size``
+        try:
+            _, spec, _ = self._zarr_pipeline()
+            for codec in head:
+                if isinstance(codec, ArrayArrayCodec):
+                    spec = codec.resolve_metadata(spec)
+                elif isinstance(codec, BytesCodec):
+                    dtype = spec.dtype.to_native_dtype()
+                    if dtype.hasobject or not dtype.itemsize:
+                        return
+                    size = math.prod(spec.shape) * dtype.itemsize
+                elif isinstance(codec, BytesBytesCodec) and size is not None:
+                    size, exact = _compressed_bound(size), False
+                else:
+                    return  # another array-to-bytes codec: no size known
+        except Exception:
+            return  # zarr-python's own decoding reports what is wrong
+        steps, max_encoded = _bytes_steps(codecs[cut:], size, exact=exact)
+        if steps is not None:
+            self._head, self._tail, self.max_encoded = tuple(head), steps, max_encoded
 
     @property
     def fast(self) -> bool:
@@ -249,7 +301,7 @@ class ChunkDecoder(_ChunkCodec):
         ctx = _Context(self.array, key, chunk, scratch)
         try:
             if self._steps is None:
-                return self._zarr_decode(data)
+                return self._zarr_decode(data, ctx)
             value: Any = data
             for step in self._steps:
                 value = step(value, ctx)
@@ -270,9 +322,11 @@ class ChunkDecoder(_ChunkCodec):
         """Decode one chunk straight into ``dest``, a C-contiguous array of the chunk's
         shape and dtype (a region of a read's output that the chunk fills whole), with
         no copy: where the chain is one compressor next to ``bytes`` in native byte
-        order (crc32c checks allowed), without transpose, and the frame declares the
-        chunk's size. Returns False, with ``dest`` untouched, where it cannot (use
-        :meth:`decode` then)."""
+        order (crc32c checks allowed), without transpose. Returns False, with ``dest``
+        untouched, where it cannot (use :meth:`decode` then): another chain, shape or
+        layout, or a zstd frame declaring less than the chunk's size (several frames,
+        or a wrong size that :meth:`decode` reports). A chunk that turns out corrupt
+        while it is decompressed raises, with ``dest`` partly written."""
         direct = self._direct
         if (
             direct is None
@@ -281,19 +335,22 @@ class ChunkDecoder(_ChunkCodec):
             or not dest.flags.c_contiguous
         ):
             return False
-        before, codec, name, to_array = direct
+        before, dec, to_array = direct
         ctx = _Context(self.array, key, chunk, True)
         try:
             value: Any = data
             for step in before:
                 value = step(value, ctx)
-            if name == "blosc":
-                _check_blosc_header(value, ctx)
-            if decoded_size(name, value) != to_array.expected or (
-                name == "gzip" and to_array.expected >= 2**32
-            ):
-                return False
-            codec.decode(value, out=dest.reshape(-1).view(np.uint8))
+            buf = dest.reshape(-1).view(np.uint8)
+            if isinstance(dec, _Zstd):
+                declared = decoded_size("zstd", value)
+                if declared is not None and declared < to_array.expected:
+                    return False
+                n = dec.into_declared(value, buf, ctx, True, declared)
+            else:
+                n = dec.into(value, buf, ctx, True)
+            if n != to_array.expected:
+                to_array(buf[:n], ctx)  # raises: the wrong size
             return True
         except ShardwiseError:
             raise
@@ -315,15 +372,34 @@ class ChunkDecoder(_ChunkCodec):
             "rewrite the shard from its source.",
         )
 
-    def _zarr_decode(self, data: Bytes) -> npt.NDArray[Any]:
+    def _zarr_decode(self, data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
+        """Decode through zarr-python's pipeline (chains the fast path does not cover),
+        after the bounded decoding of the chain's end (:meth:`_plan_tail`). The result's
+        shape and data type are checked; the memory the codecs zarr-python decodes take
+        while decoding is zarr-python's and numcodecs' own."""
         from zarr.core.sync import sync
 
-        pipeline, spec, prototype = self._zarr_pipeline()
-        buf = prototype.buffer.from_bytes(bytes(memoryview(data).cast("B")))
+        value: Any = data
+        for step in self._tail:
+            value = step(value, ctx)
+        pipeline, spec, prototype = self._zarr_pipeline(self._head)
+        buf = prototype.buffer.from_bytes(bytes(memoryview(value).cast("B")))
         (out,) = sync(pipeline.decode([(buf, spec)]))
         if out is None:
             return self.fill_array()
-        return np.asarray(out.as_numpy_array())
+        arr = np.asarray(out.as_numpy_array())
+        if arr.shape != self.shape or arr.dtype != self.dtype:
+            raise CorruptShardError(
+                "decoded inner chunk has the wrong size",
+                expected=f"shape {self.shape} and dtype {self.dtype}",
+                found=f"shape {arr.shape} and dtype {arr.dtype}",
+                array=ctx.array,
+                key=ctx.key,
+                chunk=ctx.chunk,
+                advice="The chunk's bytes are corrupt or were written with other codecs; "
+                "rewrite the shard from its source.",
+            )
+        return arr
 
     def fill_array(self) -> npt.NDArray[Any]:
         return np.full(self.shape, self.fill_value, dtype=self.dtype)
@@ -356,9 +432,275 @@ def _verify_crc32c(data: Bytes, ctx: _Context) -> memoryview:
     return body
 
 
-def _check_blosc_header(data: Bytes, ctx: _Context) -> None:
-    """c-blosc trusts the compressed size in a frame's header and reads past the buffer
-    (a segfault) when it lies: refuse such frames first."""
+# -- bounded decompression -------------------------------------------------------------
+_BOMB_ADVICE = (
+    "The chunk's bytes are corrupt or were made to exhaust memory (a decompression "
+    "bomb); nothing was decompressed past the chunk's size. Rewrite the shard from its "
+    "source."
+)
+
+
+def _compressed_bound(nbytes: int) -> int:
+    """More bytes than any writer's compressor (zstd, deflate in gzip or zlib, blosc,
+    lz4) or checksum makes of ``nbytes`` bytes, with room for headers: the most a
+    decompressed stage feeding another decompressor may hold, and the most an encoded
+    chunk may take. (zstd adds at most ``nbytes >> 8`` and 64 bytes, deflate's stored
+    blocks 5 bytes in 16 KiB, blosc 16 bytes; a deflate encoder using fixed Huffman
+    codes alone 1/8.)"""
+    return nbytes + (nbytes >> 3) + 4096
+
+
+def _too_large(ctx: _Context, name: str, found: str, limit: int, exact: bool) -> CorruptShardError:
+    return CorruptShardError(
+        f"inner chunk's {name} data decompresses to more than the chunk holds",
+        expected=f"{'exactly' if exact else 'at most'} {limit} bytes (the chunk's shape and "
+        "data type through its codecs)",
+        found=found,
+        array=ctx.array,
+        key=ctx.key,
+        chunk=ctx.chunk,
+        advice=_BOMB_ADVICE,
+    )
+
+
+def _decompressor(codec: Any, check: bool = False) -> Any:
+    """The bounded decoder of a bytes-to-bytes codec shardwise decodes itself (None for
+    crc32c, checked by a step of its own); with ``check``, whether there is one (True
+    for crc32c too)."""
+    from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
+    from zarr.codecs.numcodecs import LZ4, Zlib
+
+    if isinstance(codec, Crc32cCodec):
+        return True if check else None
+    for kind, make in (
+        (ZstdCodec, _Zstd),
+        (GzipCodec, lambda: _Inflate("gzip")),
+        (Zlib, lambda: _Inflate("zlib")),
+        (LZ4, _LZ4),
+        (BloscCodec, _Blosc),
+    ):
+        if isinstance(codec, kind):
+            return True if check else make()
+    return False if check else None
+
+
+def _bytes_steps(
+    codecs: Sequence[Any], size: int | None, *, exact: bool
+) -> tuple[list[Callable[[Any, _Context], Any]] | None, int | None]:
+    """Decode steps (in decode order) for bytes-to-bytes codecs shardwise decodes
+    (:func:`_decompressor`), given what the first of them encodes: ``size`` bytes
+    (``exact``; else at most that; None: unknown). Each decompressor's output is bounded
+    by what the codec before it makes; crc32c adds 4 bytes, a compressor at most
+    :func:`_compressed_bound`. Returns the steps (None where a decompressor's output has
+    no bound) and the most bytes the codecs encode."""
+    limits = []
+    for codec in codecs:
+        limits.append((size, exact))
+        if size is not None:
+            if _decompressor(codec) is None:  # crc32c
+                size += 4
+            else:
+                size, exact = _compressed_bound(size), False
+    steps: list[Callable[[Any, _Context], Any]] = []
+    for codec, (limit, limit_exact) in reversed(list(zip(codecs, limits, strict=True))):
+        dec = _decompressor(codec)
+        if dec is None:
+            steps.append(_verify_crc32c)
+        elif limit is None:
+            return None, None
+        else:
+            steps.append(_decompress_step(dec, limit, limit_exact))
+    return steps, size
+
+
+class _Decompressor:
+    """One compressor's decoding into memory of a known size."""
+
+    name = ""
+
+    def into(self, data: Bytes, out: npt.NDArray[np.uint8], ctx: _Context, exact: bool) -> int:
+        """Decompress ``data`` into ``out`` (uint8, C-contiguous) and return the size:
+        never more than ``out.size`` bytes are produced or allocated (``exact``: that
+        size is the only one expected, for the message). A frame that claims or makes
+        more raises :class:`CorruptShardError`; other faults raise anything else
+        (reported as an undecodable chunk)."""
+        raise NotImplementedError
+
+
+class _Zstd(_Decompressor):
+    """zstd frames: a first frame declaring more than ``out`` is refused before anything
+    is decompressed; one declaring exactly ``out``'s size is decompressed by numcodecs
+    into ``out`` (which refuses frames declaring more in all, and stops where ``out``
+    ends); the others (several frames, no declared size) are decompressed in one pass
+    into ``out`` by libzstd, which stops where ``out`` ends."""
+
+    name = "zstd"
+
+    def __init__(self) -> None:
+        import numcodecs
+
+        self._numcodecs = numcodecs.Zstd()
+
+    def into(self, data: Bytes, out: npt.NDArray[np.uint8], ctx: _Context, exact: bool) -> int:
+        return self.into_declared(data, out, ctx, exact, decoded_size("zstd", data))
+
+    def into_declared(
+        self,
+        data: Bytes,
+        out: npt.NDArray[np.uint8],
+        ctx: _Context,
+        exact: bool,
+        declared: int | None,
+    ) -> int:
+        """:meth:`into`, the size the first frame declares (:func:`decoded_size`) known."""
+        limit = out.size
+        if declared is not None and declared > limit:
+            raise _too_large(
+                ctx, "zstd", f"a frame whose header claims {declared} bytes", limit, exact
+            )
+        if declared == limit:
+            # the frame every writer makes: numcodecs (a few % faster than the cffi call
+            # on large chunks), which adds up the sizes all frames declare and
+            # decompresses no more than ``out`` holds
+            try:
+                self._numcodecs.decode(data, out=out)
+            except (ValueError, RuntimeError) as e:
+                # the frames after the first declare more, or make more (libzstd's
+                # "Destination buffer is too small")
+                if "too small" not in str(e).lower():
+                    raise
+                raise _too_large(
+                    ctx, "zstd", f"frames that decompress to more than {limit} bytes", limit, exact
+                ) from e
+            return limit
+        n = _zstd_decompress_into(memoryview(data).cast("B"), out)
+        if n is None:
+            raise _too_large(
+                ctx, "zstd", f"frames that decompress to more than {limit} bytes", limit, exact
+            )
+        return n
+
+
+_DCTX = threading.local()
+
+
+def _zstd_decompress_into(src: memoryview, out: npt.NDArray[np.uint8]) -> int | None:
+    """Decompress the zstd frames of ``src`` into ``out`` in one pass, with libzstd's
+    ``ZSTD_decompressDCtx`` through python-zstandard's cffi binding and one decompression
+    context per thread: nothing is written past ``out`` and nothing of the output's size
+    is allocated. Returns the size, or None when the frames hold more than ``out``."""
+    binding = _zstd_cffi()
+    if binding is None:  # pragma: no cover - cffi is a dependency
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(bytes(src), read_across_frames=True)
+        view, done = memoryview(out), 0
+        while done < out.size and (got := reader.readinto(view[done:])):
+            done += got
+        return None if reader.read(1) else done
+    ffi, lib = binding
+    dctx = getattr(_DCTX, "dctx", None)
+    if dctx is None:
+        dctx = ffi.gc(lib.ZSTD_createDCtx(), lib.ZSTD_freeDCtx)
+        _DCTX.dctx = dctx
+    n = lib.ZSTD_decompressDCtx(
+        dctx, ffi.from_buffer(out, require_writable=True), out.size, ffi.from_buffer(src), len(src)
+    )
+    if lib.ZSTD_isError(n):
+        if lib.ZSTD_getErrorCode(n) == lib.ZSTD_error_dstSize_tooSmall:
+            return None
+        raise ValueError(f"zstd: {ffi.string(lib.ZSTD_getErrorName(n)).decode()}")
+    return int(n)
+
+
+class _Inflate(_Decompressor):
+    """Deflate streams: ``gzip`` (one member or several, zero padding between them
+    skipped, as numcodecs' GZip reads them) or numcodecs' ``zlib`` (one stream; bytes
+    after it ignored, as ``zlib.decompress`` does). Decompressed with Python's zlib in
+    pieces of at most what is left of ``out`` (plus one byte, to see more coming); the
+    size a gzip trailer declares is modulo 2**32, so it is not trusted."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.wbits = 31 if name == "gzip" else 15
+
+    def into(self, data: Bytes, out: npt.NDArray[np.uint8], ctx: _Context, exact: bool) -> int:
+        import zlib
+
+        limit = out.size
+        rest: Any = memoryview(data).cast("B")
+        n = 0
+        while True:
+            stream = zlib.decompressobj(self.wbits)
+            piece = stream.decompress(rest, limit - n + 1)
+            if len(piece) > limit - n:
+                raise _too_large(
+                    ctx,
+                    self.name,
+                    f"a stream that decompresses to more than {limit} bytes",
+                    limit,
+                    exact,
+                )
+            out[n : n + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+            n += len(piece)
+            if not stream.eof:
+                raise ValueError(f"the {self.name} stream is cut short")
+            if self.wbits != 31:
+                return n
+            rest = stream.unused_data.lstrip(b"\0")
+            if not rest:
+                return n
+
+
+class _Blosc(_Decompressor):
+    """Blosc buffers: the header's sizes are checked before c-blosc sees them (it trusts
+    them), then the buffer is decompressed into the first ``nbytes`` of ``out``."""
+
+    name = "blosc"
+
+    def __init__(self) -> None:
+        import numcodecs
+
+        self.codec = numcodecs.Blosc()
+
+    def into(self, data: Bytes, out: npt.NDArray[np.uint8], ctx: _Context, exact: bool) -> int:
+        view = memoryview(data).cast("B")
+        nbytes = _check_blosc_header(view, ctx, out.size, exact)
+        self.codec.decode(view, out=out[:nbytes])
+        return nbytes
+
+
+class _LZ4(_Decompressor):
+    """numcodecs' lz4: a block after the decompressed size (4 bytes, little-endian),
+    checked before the block is decompressed into the first that many bytes of
+    ``out``."""
+
+    name = "lz4"
+
+    def __init__(self) -> None:
+        import numcodecs
+
+        self.codec = numcodecs.LZ4()
+
+    def into(self, data: Bytes, out: npt.NDArray[np.uint8], ctx: _Context, exact: bool) -> int:
+        view = memoryview(data).cast("B")
+        if len(view) < 4:
+            raise ValueError(f"an lz4 buffer of {len(view)} bytes, shorter than its header")
+        nbytes = int.from_bytes(view[:4], "little")
+        if nbytes > out.size:
+            raise _too_large(ctx, "lz4", f"a header that claims {nbytes} bytes", out.size, exact)
+        self.codec.decode(view, out=out[:nbytes])
+        return nbytes
+
+
+def _check_blosc_header(
+    data: Bytes, ctx: _Context, limit: int | None = None, exact: bool = False
+) -> int:
+    """Check a blosc frame's 16-byte header before c-blosc reads it, and return the
+    decompressed size it declares. c-blosc trusts the compressed size there and reads
+    past the buffer (a segfault) when it lies; it allocates by the declared decompressed
+    and block sizes. So the frame must be as long as it says, and declare ``limit``
+    bytes (``exact``) or at most that, in blocks no larger."""
     view = memoryview(data).cast("B")
     cbytes = int.from_bytes(view[12:16], "little") if len(view) >= 16 else None
     if cbytes != len(view):
@@ -371,17 +713,55 @@ def _check_blosc_header(data: Bytes, ctx: _Context) -> None:
             chunk=ctx.chunk,
             advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
         )
+    nbytes = int.from_bytes(view[4:8], "little")
+    blocksize = int.from_bytes(view[8:12], "little")
+    if limit is not None and nbytes > limit:
+        raise _too_large(ctx, "blosc", f"a header that claims {nbytes} bytes", limit, exact)
+    if limit is not None and exact and nbytes != limit:
+        raise CorruptShardError(
+            "decoded inner chunk has the wrong size",
+            expected=f"{limit} bytes",
+            found=f"a blosc header declaring {nbytes} bytes",
+            array=ctx.array,
+            key=ctx.key,
+            chunk=ctx.chunk,
+            advice="The chunk's bytes are corrupt or were written for another shape or "
+            "data type; rewrite the shard from its source.",
+        )
+    if blocksize > max(nbytes, 1):
+        raise CorruptShardError(
+            "corrupt blosc frame",
+            expected=f"blocks of at most the frame's {nbytes} decompressed bytes",
+            found=f"a header saying blocks of {blocksize} bytes",
+            array=ctx.array,
+            key=ctx.key,
+            chunk=ctx.chunk,
+            advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
+        )
+    return nbytes
 
 
-def _numcodecs_step(codec: Any, name: str) -> Callable[[Bytes, _Context], Any]:
-    decode = codec.decode
+def _decompress_step(
+    dec: _Decompressor, limit: int, exact: bool
+) -> Callable[[Bytes, _Context], npt.NDArray[np.uint8]]:
+    """A decompression whose output feeds another step (a crc32c check, another
+    decompressor, a nested shard): into a fresh buffer of ``limit`` bytes."""
 
-    def step(data: Bytes, ctx: _Context) -> Any:
-        if name == "blosc":
-            _check_blosc_header(data, ctx)
-        return decode(data)
+    def step(data: Bytes, ctx: _Context) -> npt.NDArray[np.uint8]:
+        out = np.empty(limit, dtype=np.uint8)
+        n = dec.into(data, out, ctx, exact)
+        if exact and n != limit:
+            raise CorruptShardError(
+                "decoded inner chunk has the wrong size",
+                expected=f"{limit} bytes",
+                found=f"{n} bytes",
+                array=ctx.array,
+                key=ctx.key,
+                chunk=ctx.chunk,
+            )
+        return out[:n]
 
-    step.__name__ = f"decode_{name}"
+    step.__name__ = f"decode_{dec.name}"
     return step
 
 
@@ -434,24 +814,18 @@ def decoded_size(name: str, data: Bytes) -> int | None:
 
 
 def _decompress_to_array_step(
-    codec: Any, name: str, to_array: _ToArray
+    dec: _Decompressor, to_array: _ToArray
 ) -> Callable[[Bytes, _Context], npt.NDArray[Any]]:
     """Decompress into a buffer of exactly the chunk's size (a per-thread scratch buffer
-    when the caller allows), then view it as the array. Chunks whose header does not
-    declare that size take the ordinary path, which reports a wrong size."""
-    decode = codec.decode
+    when the caller allows), then view it as the array."""
     expected = to_array.expected
 
     def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
-        if name == "blosc":
-            _check_blosc_header(data, ctx)
-        if decoded_size(name, data) != expected or (name == "gzip" and expected >= 2**32):
-            return to_array(decode(data), ctx)
         out = _scratch(expected) if ctx.scratch else np.empty(expected, dtype=np.uint8)
-        decode(data, out=out)
-        return to_array(out, ctx)
+        n = dec.into(data, out, ctx, True)
+        return to_array(out[:n], ctx)
 
-    step.__name__ = f"decode_{name}_to_array"
+    step.__name__ = f"decode_{dec.name}_to_array"
     return step
 
 
@@ -514,12 +888,36 @@ class ShardDecoder:
         self.fill_value = fill_value
         self.array = array
 
+    @property
+    def max_nbytes(self) -> int | None:
+        """The most bytes a shard of this shape can take, as a writer lays it out (its
+        index and every inner chunk at the most its codecs make of it, with room to
+        spare): the bound on a nested shard. None where an inner chunk's bound is not
+        known (codecs zarr-python decodes)."""
+        per_chunk = self.chunk.max_encoded
+        if per_chunk is None:
+            return None
+        return _compressed_bound(self.index.nbytes + self.index.nchunks * per_chunk)
+
     def decode_index(
         self, raw: Bytes, *, shard_nbytes: int | None, key: str | None
     ) -> npt.NDArray[np.uint64]:
+        """Decode and check a shard's index: every entry inside the shard's data
+        (``shard_nbytes`` when known, else inside the largest object a store can hold,
+        leaving room for an index at the end) and no larger than its codecs make an
+        inner chunk. So a table this returns turns into byte ranges that neither
+        overflow nor ask for more than one chunk's worth of bytes each."""
         table = self.index.decode(raw, array=self.array, key=key)
         start, stop = self.index.data_bounds(shard_nbytes)
-        check_entries(table, data_start=start, data_stop=stop, array=self.array, key=key)
+        check_entries(
+            table,
+            data_start=start,
+            data_stop=stop,
+            array=self.array,
+            key=key,
+            max_stop=MAX_OBJECT - (self.index.nbytes if self.index.location == "end" else 0),
+            max_nbytes=self.chunk.max_encoded,
+        )
         return table
 
     def parse(self, shard: Bytes, *, key: str | None) -> tuple[memoryview, npt.NDArray[np.uint64]]:

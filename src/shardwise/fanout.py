@@ -283,7 +283,7 @@ def _auto_bounds(
 
     shard = tuple(nominal(d, d.shards) for d in layout.dims)
     inner = tuple(nominal(d, d.inner if d.inner is not None else d.shards) for d in layout.dims)
-    unit = shard if int(np.prod(shard)) * reader.dtype.itemsize <= target else inner
+    unit = shard if math.prod(shard) * reader.dtype.itemsize <= target else inner
     spec = tuple(
         "auto" if axis in auto else tuple(b - a for a, b in itertools.pairwise(bounds_of[axis]))
         for axis in range(layout.ndim)

@@ -18,10 +18,15 @@ import numpy.typing as npt
 
 from shardwise.errors import ChecksumError, CorruptShardError, TruncatedShardError
 
-__all__ = ["EMPTY", "IndexFormat", "check_entries", "crc32c"]
+__all__ = ["EMPTY", "MAX_OBJECT", "IndexFormat", "check_entries", "crc32c"]
 
 EMPTY = np.uint64(2**64 - 1)
 """Offset and nbytes of an empty inner chunk."""
+
+MAX_OBJECT = 2**63 - 1
+"""The most bytes any store object can hold: file offsets are signed 64-bit integers
+(``off_t``; Python refuses to seek further), and object stores allow far less. An index
+entry reaching past it lies outside its shard whatever the shard's size."""
 
 Table = npt.NDArray[np.uint64]
 
@@ -129,10 +134,20 @@ def check_entries(
     data_stop: int | None,
     array: str | None = None,
     key: str | None = None,
+    max_stop: int | None = None,
+    max_nbytes: int | None = None,
 ) -> None:
     """Check every index entry: both fields empty or neither, inside ``[data_start,
     data_stop)`` (the upper bound only when the shard's size is known), and no two chunks
-    partly overlapping (identical entries, as deduplicating writers make, are allowed)."""
+    partly overlapping (identical entries, as deduplicating writers make, are allowed).
+
+    When the shard's size is not known, ``max_stop`` bounds where entries may end (the
+    largest object a store can hold, :data:`MAX_OBJECT`, less an index at the end):
+    past it an entry is a :class:`TruncatedShardError` before any request is made.
+    ``max_nbytes`` is the most bytes an inner chunk's codecs make of it: a larger entry
+    is a :class:`CorruptShardError` (it would have the reader fetch, and hold, that
+    much). Every check runs on exact integers: ``offset + nbytes`` is checked for
+    overflow before it is computed in 64 bits."""
     flat = table.reshape(-1, 2)
     cps = table.shape[:-1]
     offsets, nbytes = flat[:, 0], flat[:, 1]
@@ -195,6 +210,29 @@ def check_entries(
                 f"offset + nbytes <= {data_stop}",
                 f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
                 TruncatedShardError,
+            )
+    elif max_stop is not None:
+        beyond = end > np.uint64(min(max(max_stop, 0), 2**64 - 1))
+        if beyond.any():
+            i = int(present[np.flatnonzero(beyond)[0]])
+            fail(
+                i,
+                "inner chunk lies past the end of any shard object",
+                f"offset + nbytes <= {max_stop} (no store object holds more than 2**63 - 1 "
+                "bytes, the index included)",
+                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+                TruncatedShardError,
+            )
+    if max_nbytes is not None and max_nbytes < 2**64 - 1:
+        large = n > np.uint64(max_nbytes)
+        if large.any():
+            i = int(present[np.flatnonzero(large)[0]])
+            fail(
+                i,
+                "inner chunk is larger than its codecs make one",
+                f"nbytes <= {max_nbytes} (the chunk's shape and data type through its codecs, "
+                "with room to spare)",
+                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
             )
     if present.size > 1:
         order = np.lexsort((n, o))

@@ -20,9 +20,33 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ChunkRead", "DimGrid", "DimPiece", "ReadPlan", "ShardLayout", "ShardRead"]
+from shardwise.errors import TooLargeError
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_CHUNKS_PER_SHARD",
+    "ChunkRead",
+    "DimGrid",
+    "DimPiece",
+    "ReadPlan",
+    "ShardLayout",
+    "ShardRead",
+    "check_chunks_per_shard",
+]
 
 Sel = slice | npt.NDArray[np.intp]
+
+INT64_MAX = 2**63 - 1
+"""The largest extent, shard or inner chunk size a grid may have: what numpy, dask and
+xarray index with (int64). Positions are worked out so that none passes it."""
+
+MAX_CHUNKS_PER_SHARD = 2**24
+"""The most inner chunks one shard may hold for shardwise to read or write it. Reading
+any part of a shard needs its whole index, 16 bytes per inner chunk: 256 MiB at this
+limit (writing one needs the same, plus the write order's list of coordinates). Shards
+in practice hold thousands of inner chunks; a ``zarr.json`` claiming more than 2**24
+(a shard of 2**40 inner chunks has an index of 16 TiB) is refused before anything is
+allocated."""
 
 
 class DimPiece(NamedTuple):
@@ -50,29 +74,41 @@ class DimGrid:
     _starts: npt.NDArray[np.int64] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.extent < 0:
-            raise ValueError(f"extent must be >= 0, got {self.extent}")
+        if not 0 <= self.extent <= INT64_MAX:
+            raise ValueError(f"extent must be between 0 and 2**63 - 1, got {self.extent}")
         if isinstance(self.shards, int):
-            if self.shards < 1:
-                raise ValueError(f"shard size must be >= 1, got {self.shards}")
+            if not 1 <= self.shards <= INT64_MAX:
+                raise ValueError(f"shard size must be between 1 and 2**63 - 1, got {self.shards}")
             sizes: tuple[int, ...] = (self.shards,)
             object.__setattr__(self, "_starts", None)
         else:
             sizes = tuple(int(s) for s in self.shards)
-            if not sizes or any(s < 1 for s in sizes):
-                raise ValueError(f"shard sizes must be >= 1, got {self.shards}")
-            if sum(sizes) < self.extent:
+            bad = [s for s in sizes if not 1 <= s <= INT64_MAX]
+            if not sizes or bad:
                 raise ValueError(
-                    f"rectilinear shard sizes {sizes} add up to {sum(sizes)}, "
+                    "shard sizes must be between 1 and 2**63 - 1, got "
+                    + (f"{bad[0]} among {len(sizes)} sizes" if bad else "no sizes")
+                )
+            total = sum(sizes)
+            if total < self.extent:
+                raise ValueError(
+                    f"rectilinear shard sizes {sizes} add up to {total}, "
                     f"less than the extent {self.extent}"
                 )
             object.__setattr__(self, "shards", sizes)
-            starts = np.zeros(len(sizes) + 1, dtype=np.int64)
-            np.cumsum(sizes, out=starts[1:])
+            # where each shard starts, summed in Python ints: a start past 2**63 - 1
+            # (shards wholly beyond the extent) is held as 2**63 - 1, never wrapped
+            starts = np.fromiter(
+                (min(a, INT64_MAX) for a in itertools.accumulate(sizes, initial=0)),
+                dtype=np.int64,
+                count=len(sizes) + 1,
+            )
             object.__setattr__(self, "_starts", starts)
         if self.inner is not None:
-            if self.inner < 1:
-                raise ValueError(f"inner chunk size must be >= 1, got {self.inner}")
+            if not 1 <= self.inner <= INT64_MAX:
+                raise ValueError(
+                    f"inner chunk size must be between 1 and 2**63 - 1, got {self.inner}"
+                )
             bad = [s for s in sizes if s % self.inner]
             if bad:
                 raise ValueError(
@@ -111,6 +147,28 @@ class DimGrid:
     def inner_per_shard(self, shard: int) -> int:
         return self.shard_size(shard) // self.inner_size(shard)
 
+    def inner_in_shard(self, shard: int) -> int:
+        """How many of a shard's inner chunks hold part of the array (those of an edge
+        shard reaching past the extent do not all)."""
+        start = self.shard_start(shard)
+        return -(-min(self.shard_size(shard), self.extent - start) // self.inner_size(shard))
+
+    @property
+    def ninner(self) -> int:
+        """Number of inner chunks that hold any part of the array along this dimension,
+        worked out without listing them (a rectilinear grid's sizes are summed)."""
+        if isinstance(self.shards, int):
+            return -(-self.extent // self.inner_size(0))
+        return sum(self.inner_in_shard(s) for s in range(self.nshards))
+
+    def starts(self) -> npt.NDArray[np.int64]:
+        """Where each of the :attr:`nshards` shards starts (an array of that length:
+        only for dimensions whose shards may be listed)."""
+        if isinstance(self.shards, int):
+            return np.arange(self.nshards, dtype=np.int64) * self.shards
+        assert self._starts is not None
+        return self._starts[: self.nshards].copy()
+
     def shard_of(self, coords: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         if isinstance(self.shards, int):
             return coords // self.shards
@@ -123,10 +181,11 @@ class DimGrid:
         """Where each of ``shards`` starts and ends (clipped at the extent)."""
         if isinstance(self.shards, int):
             start = shards * self.shards
-            stop = start + self.shards
-        else:
-            assert self._starts is not None
-            start, stop = self._starts[shards], self._starts[shards + 1]
+            # start + size may pass 2**63 - 1 (a shard of 2**62 at 2**62): clip the size
+            # first, so nothing wraps
+            return start, start + np.minimum(self.shards, np.maximum(self.extent - start, 0))
+        assert self._starts is not None
+        start, stop = self._starts[shards], self._starts[shards + 1]
         return start, np.minimum(stop, self.extent)
 
     def shard_range(self, lo: int, hi: int) -> range:
@@ -196,13 +255,14 @@ class DimGrid:
             sizes = np.asarray(self.shards, dtype=np.int64)[shard]
             c = sizes if self.inner is None else self.inner
         j = (coords - s0) // c
-        # one group per (shard, inner chunk), in ascending order
-        group_key = shard * (int(np.max(j)) + 1) + j
-        keys, inverse, counts = np.unique(group_key, return_inverse=True, return_counts=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(counts)])
+        # one group per (shard, inner chunk), in ascending order; positions within a
+        # group ascending (a stable sort on both, no combined key that could overflow)
+        order = np.lexsort((j, shard))
+        ks, kj = shard[order], j[order]
+        starts = np.flatnonzero(np.r_[True, (ks[1:] != ks[:-1]) | (kj[1:] != kj[:-1])])
+        bounds = np.r_[starts, len(order)]
         out: list[DimPiece] = []
-        for g in range(len(keys)):
+        for g in range(len(starts)):
             pos = order[bounds[g] : bounds[g + 1]]
             i = int(pos[0])
             origin = int(s0[i] + j[i] * (c if isinstance(c, int) else c[i]))
@@ -307,7 +367,15 @@ class ShardLayout:
     def chunks_per_shard(self, shard: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(d.inner_per_shard(i) for d, i in zip(self.dims, shard, strict=True))
 
+    @property
+    def ninner(self) -> tuple[int, ...]:
+        """Number of inner chunks holding part of the array along each dimension."""
+        return tuple(d.ninner for d in self.dims)
+
     def all_shards(self) -> Iterator[tuple[int, ...]]:
+        """Every shard of the grid, in C order. Costs the grid's size (10**14 shards
+        for a 10**7 x 10**7 grid): to visit the shards that exist, list the store and
+        map keys to coordinates (``ArrayInfo.coords``) instead."""
         return itertools.product(*(range(n) for n in self.grid_shape))
 
     def plan(self, selection: Sequence[slice | npt.ArrayLike]) -> ReadPlan:
@@ -348,3 +416,65 @@ def out_len(dim: DimGrid, sel: slice | npt.ArrayLike) -> int:
     if isinstance(sel, slice):
         return len(range(*sel.indices(dim.extent)))
     return int(np.asarray(sel).size)
+
+
+def check_write_geometry(
+    shards: Sequence[int | Sequence[int]] | None,
+    inner: Sequence[int],
+    itemsize: int,
+    *,
+    array: str | None = None,
+    key: str | None = None,
+) -> None:
+    """Refuse, before anything is written, a new array's grid that no reader could read:
+    a shard (its largest, along a rectilinear dimension) of more than
+    :data:`MAX_CHUNKS_PER_SHARD` inner chunks, or an inner chunk of more bytes than numpy
+    can hold. ``shards`` None: unsharded, ``inner`` the chunks."""
+
+    if shards is not None:
+        largest = [s if isinstance(s, int) else max(s, default=1) for s in shards]
+        per_shard = [-(-int(s) // max(int(c), 1)) for s, c in zip(largest, inner, strict=True)]
+        try:
+            check_chunks_per_shard(per_shard, array=array, key=key)
+        except TooLargeError as e:
+            raise TooLargeError(
+                e.problem,
+                expected=e.expected,
+                found=e.found,
+                array=array,
+                key=key,
+                advice="Choose larger inner chunks or smaller shards. Nothing was written.",
+            ) from None
+    nbytes = math.prod(int(c) for c in inner) * int(itemsize)
+    if nbytes > INT64_MAX:
+        raise TooLargeError(
+            "an inner chunk is too large to encode or decode",
+            expected=f"at most {INT64_MAX:,} bytes per inner chunk (what numpy can hold)",
+            found=f"{nbytes:,} bytes ({' x '.join(map(str, inner))} of {itemsize} bytes)",
+            array=array,
+            key=key,
+            advice="Choose smaller inner chunks. Nothing was written.",
+        )
+
+
+def check_chunks_per_shard(
+    chunks_per_shard: Sequence[int], *, array: str | None = None, key: str | None = None
+) -> int:
+    """The number of inner chunks in a shard of this many per dimension, or
+    :class:`~shardwise.errors.TooLargeError` past :data:`MAX_CHUNKS_PER_SHARD` (before
+    anything of the shard's size is allocated). ``key`` names the ``zarr.json``."""
+
+    n = math.prod(int(c) for c in chunks_per_shard)
+    if n > MAX_CHUNKS_PER_SHARD:
+        raise TooLargeError(
+            "a shard holds too many inner chunks to read or write",
+            expected=f"at most {MAX_CHUNKS_PER_SHARD:,} inner chunks per shard (an index "
+            f"of {16 * MAX_CHUNKS_PER_SHARD // 2**20} MiB)",
+            found=f"{n:,} ({' x '.join(map(str, chunks_per_shard))}), an index of {16 * n:,} bytes",
+            array=array,
+            key=key,
+            advice="The metadata's shard shape or inner chunk shape is damaged, or the "
+            "array was written with inner chunks far too small for its shards: rewrite it "
+            "with larger inner chunks (shardwise.reshard cannot read it either).",
+        )
+    return n

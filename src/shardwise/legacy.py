@@ -26,6 +26,7 @@ import numpy as np
 
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.metadata import ArrayInfo
+from shardwise.names import node_name, node_path
 from shardwise.v2 import compressor_codecs, equivalent_metadata
 
 __all__ = [
@@ -123,9 +124,10 @@ def _fill(value: Any, dtype: np.dtype[Any]) -> Any:
 
 
 def array_info(doc: Any, path: str, prefix: str = "") -> DraftArrayInfo:
-    """The :class:`DraftArrayInfo` of the array document ``doc`` at ``path``."""
+    """The :class:`DraftArrayInfo` of the array document ``doc`` at ``path`` (a path
+    breaking the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`)."""
 
-    path = path.strip("/")
+    path = node_path(path.strip("/"), document=f"{prefix}meta/root/{path.strip('/')}.array.json")
     if not isinstance(doc, dict):
         raise _bad(path, f"a JSON {type(doc).__name__}", "a JSON object")
     try:
@@ -138,6 +140,8 @@ def array_info(doc: Any, path: str, prefix: str = "") -> DraftArrayInfo:
         raise _bad(path, f"{type(e).__name__}: {e}", "shape, data_type and chunk_grid") from e
     if grid.get("type") != "regular" or len(chunks) != len(shape):
         raise _bad(path, json.dumps(grid), "a regular chunk_grid with a size per dimension")
+    if separator not in ("/", "."):  # it goes into every chunk key
+        raise _bad(path, f"chunk_grid separator {separator!r}", "'/' or '.'")
     if dtype.kind not in "biufc" or dtype.hasobject:
         raise _bad(path, f"data_type {doc['data_type']!r}", "a fixed-size numeric data_type")
     layout = doc.get("chunk_memory_layout", "C")
@@ -238,17 +242,34 @@ class DraftStore:
         return None if buf is None else buf.to_bytes()
 
     def _listing(self, group: str) -> list[str]:
+        """The names in the folder of ``group``'s documents: ``<name>.array.json``,
+        ``<name>.group.json`` and folders ``<name>``. Every name is checked: one that
+        breaks the node-name rules (a document ``...array.json`` names an array ``..``)
+        raises :class:`~shardwise.errors.UnsafeNameError` naming it and its document,
+        whatever is asked of the listing."""
         from zarr.core.sync import sync
 
-        where = f"{self.prefix}meta/root/{group}/" if group else f"{self.prefix}meta/root/"
+        where = self._folder(node_path(group))
 
         async def names() -> list[str]:
             return [name async for name in self.store.list_dir(where)]
 
-        return sorted(sync(names()))
+        found = sorted(sync(names()))
+        for n in found:
+            name = n.rstrip("/")
+            for suffix in (".array.json", ".group.json"):
+                if n.endswith(suffix):
+                    name = n.removesuffix(suffix)
+            node_name(name, document=where + n)
+        return found
+
+    def _folder(self, group: str) -> str:
+        """The key prefix of the documents directly in ``group``."""
+        return f"{self.prefix}meta/root/{group}/" if group else f"{self.prefix}meta/root/"
 
     def arrays(self, group: str = "") -> list[str]:
-        """The names of the arrays directly in ``group``."""
+        """The names of the arrays directly in ``group`` (names checked: see
+        :meth:`_listing`)."""
         return [
             n.removesuffix(".array.json")
             for n in self._listing(group.strip("/"))
@@ -257,35 +278,42 @@ class DraftStore:
 
     def groups(self, group: str = "") -> list[str]:
         """The names of the groups directly in ``group``: those with a document and the
-        implicit ones (a folder of documents without one)."""
+        implicit ones (a folder of documents without one); names checked (see
+        :meth:`_listing`)."""
         names = self._listing(group.strip("/"))
         found = {n.removesuffix(".group.json") for n in names if n.endswith(".group.json")}
         found |= {n.rstrip("/") for n in names if not n.endswith((".array.json", ".group.json"))}
         return sorted(found)
 
     def group_attributes(self, group: str = "") -> dict[str, Any]:
-        group = group.strip("/")
-        raw = self.get(f"meta/root/{group}.group.json" if group else "meta/root.group.json")
+        """The attributes of ``group`` (none for an implicit group); a document that
+        cannot be read raises :class:`UnsupportedArrayError` naming it."""
+        group = node_path(group.strip("/"))
+        key = f"meta/root/{group}.group.json" if group else "meta/root.group.json"
+        raw = self.get(key)
         if raw is None:
             return {}
         try:
             doc = json.loads(raw)
+            attributes = (doc.get("attributes") or {}) if isinstance(doc, dict) else {}
+            if not isinstance(attributes, dict):
+                raise ValueError(f"attributes {json.dumps(attributes)}, not an object")
         except (UnicodeDecodeError, ValueError) as e:
             raise UnsupportedArrayError(
                 "the group document of the 2022 draft cannot be read",
-                expected="a JSON object",
+                expected="a JSON object, with attributes an object",
                 found=str(e),
                 array=group or "/",
-                key=f"{self.prefix}meta/root/{group}.group.json",
+                key=self.prefix + key,
             ) from e
-        return dict(doc.get("attributes") or {}) if isinstance(doc, dict) else {}
+        return dict(attributes)
 
     def info(self, path: str) -> DraftArrayInfo:
         """The :class:`DraftArrayInfo` of the array at ``path``."""
         from shardwise.errors import NotAZarrStoreError
 
-        path = path.strip("/")
-        key = f"meta/root/{path}.array.json"
+        key = f"meta/root/{path.strip('/')}.array.json"
+        path = node_path(path.strip("/"), document=self.prefix + key)
         raw = self.get(key)
         if raw is None:
             raise NotAZarrStoreError(

@@ -10,8 +10,10 @@ import numpy as np
 
 from shardwise.errors import ShardwiseError, UnsupportedArrayError, UnsupportedCodecError
 from shardwise.layout import ShardLayout
+from shardwise.names import node_path
+from shardwise.storage import read_only_store_path
 
-__all__ = ["ArrayInfo", "metadata_error", "metadata_key", "read_document"]
+__all__ = ["ArrayInfo", "metadata_error", "metadata_key", "parse_document", "read_document"]
 
 
 # The largest extent numpy, dask and xarray can index (int64).
@@ -59,8 +61,6 @@ def metadata_error(
     """
     from zarr.core.sync import sync
 
-    from shardwise.storage import read_only_store_path
-
     if isinstance(error, ShardwiseError):
         return error
     try:
@@ -97,29 +97,34 @@ async def _first_bad_document(
     return [None]
 
 
-def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo | None:
-    """Read one ``zarr.json`` document: the :class:`ArrayInfo` of an array, None for a
-    group. What zarr-python (or shardwise, or xarray when ``need_dims``) cannot read
-    raises :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown
-    codec) naming the array and ``key``, with zarr-python's own message."""
+def _bad_document(path: str, key: str, found: str) -> UnsupportedArrayError:
+    return UnsupportedArrayError(
+        "the metadata cannot be read",
+        expected="a valid Zarr v3 zarr.json document",
+        found=found,
+        array=path or "/",
+        key=key,
+        advice="The document is damaged or was not written by a Zarr v3 writer: "
+        "rewrite it (or the array) from its source.",
+    )
+
+
+def parse_document(raw: bytes, key: str) -> Any:
+    """zarr-python's ``ArrayV3Metadata`` or ``GroupMetadata`` of one ``zarr.json``
+    document at ``key``. A document zarr-python cannot read raises
+    :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown codec)
+    naming the node and ``key``, with zarr-python's own message; a ``key`` whose node
+    path breaks the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`."""
     from zarr.core.group import GroupMetadata
     from zarr.core.metadata import ArrayV3Metadata
     from zarr.errors import UnknownCodecError
 
     from shardwise.rectilinear import enabled
 
-    path = key.removesuffix("zarr.json").strip("/")
+    path = node_path(key.removesuffix("zarr.json").removesuffix("/"), document=key)
 
     def bad(found: str) -> UnsupportedArrayError:
-        return UnsupportedArrayError(
-            "the metadata cannot be read",
-            expected="a valid Zarr v3 zarr.json document",
-            found=found,
-            array=path or "/",
-            key=key,
-            advice="The document is damaged or was not written by a Zarr v3 writer: "
-            "rewrite it (or the array) from its source.",
-        )
+        return _bad_document(path, key, found)
 
     try:
         doc = json.loads(raw)
@@ -134,10 +139,9 @@ def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo
         raise bad(f"node_type {node!r} (expected 'array' or 'group')")
     try:
         if node == "group":
-            GroupMetadata.from_dict(doc)
-            return None
+            return GroupMetadata.from_dict(doc)
         with enabled():  # zarr-python reads rectilinear grids only with its flag on
-            metadata = ArrayV3Metadata.from_dict(doc)
+            return ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
         raise UnsupportedCodecError(
             "the array's metadata names a codec zarr-python does not know",
@@ -150,6 +154,24 @@ def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo
         ) from e
     except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
         raise bad(f"{type(e).__name__}: {e}") from e
+
+
+def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo | None:
+    """Read one ``zarr.json`` document: the :class:`ArrayInfo` of an array, None for a
+    group. What zarr-python (or shardwise, or xarray when ``need_dims``) cannot read
+    raises :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown
+    codec) naming the array and ``key``, with zarr-python's own message (see
+    :func:`parse_document`)."""
+    from zarr.core.metadata import ArrayV3Metadata
+
+    metadata = parse_document(raw, key)
+    if not isinstance(metadata, ArrayV3Metadata):
+        return None
+    path = key.removesuffix("zarr.json").removesuffix("/")
+
+    def bad(found: str) -> UnsupportedArrayError:
+        return _bad_document(path, key, found)
+
     info = ArrayInfo.from_metadata(metadata, path)
     names = metadata.dimension_names
     ndim = len(metadata.shape)
@@ -184,6 +206,7 @@ class ArrayInfo:
         from zarr.core.metadata import ArrayV3Metadata
         from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
+        path = node_path(path.strip("/"), document=metadata_key(path))
         name = path or "/"
         if not isinstance(metadata, ArrayV3Metadata):
             raise UnsupportedArrayError(
@@ -234,7 +257,8 @@ class ArrayInfo:
         except ValueError as e:
             raise UnsupportedArrayError(
                 "impossible chunk geometry",
-                expected="inner chunks that divide every shard",
+                expected="shard and inner chunk sizes from 1 to 2**63 - 1, inner chunks "
+                "dividing every shard",
                 found=str(e),
                 array=name,
                 key=key,

@@ -20,9 +20,16 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
+from shardwise.errors import (
+    NotAZarrStoreError,
+    ShardwiseError,
+    StoreExistsError,
+    WriteError,
+    naming_io_errors,
+)
+from shardwise.metadata import ArrayInfo
 from shardwise.names import key_under, node_path
-from shardwise.storage import check_apart, location
+from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
 
 __all__ = ["MigrationReport", "migrate"]
 
@@ -88,8 +95,6 @@ def _kind_of(store: Any, storage_options: Any) -> str:
     """What is at ``store`` when it is not a draft store."""
     from zarr.core.sync import sync
 
-    from shardwise.storage import read_only_store_path
-
     try:
         where = read_only_store_path(store, storage_options)
     except FileNotFoundError:
@@ -126,7 +131,6 @@ def migrate(
     from zarr.core.sync import sync
 
     from shardwise.legacy import DraftStore
-    from shardwise.storage import read_only_store_path
 
     draft = DraftStore.open(src, storage_options)
     if draft is None:
@@ -141,6 +145,8 @@ def migrate(
     if mode not in ("w-", "w", "a"):
         raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
     check_apart(location(src, None, storage_options), location(dst, None, dst_storage_options))
+    if mode == "w":
+        check_replaceable(dst, None, dst_storage_options)
     try:
         existing = read_only_store_path(dst, dst_storage_options)
         exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
@@ -240,8 +246,6 @@ def _new_shard_ok(store: Any, key: str, decoder: Any) -> bool:
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    from shardwise.errors import ShardwiseError
-
     buf = sync(store.get(key, default_buffer_prototype()))
     if buf is None:
         return False
@@ -257,7 +261,6 @@ def _migrate_shard(
 ) -> None:
     """Copy one shard (or one chunk of an unsharded array) to its new key; a store's I/O
     error names the array and the shard's key."""
-    from shardwise.errors import naming_io_errors
 
     with naming_io_errors(
         "migrating a shard",
@@ -276,7 +279,6 @@ def _copy_shard(
     from zarr.core.sync import sync
 
     from shardwise.codecs import ShardDecoder
-    from shardwise.metadata import ArrayInfo
     from shardwise.reader import ArrayReader
     from shardwise.shard import build_shard, write_order
 

@@ -8,6 +8,7 @@ coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,11 +22,12 @@ from shardwise.errors import (
     CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
+    TooLargeError,
     TruncatedShardError,
     UnsupportedCodecError,
 )
 from shardwise.index import EMPTY, IndexFormat
-from shardwise.layout import ReadPlan, Sel, ShardRead, out_len
+from shardwise.layout import INT64_MAX, ReadPlan, Sel, ShardRead, check_chunks_per_shard, out_len
 from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, metadata_key
 from shardwise.storage import (
     ABSENT,
@@ -161,11 +163,20 @@ class ArrayReader:
     # -- decoders (one per distinct shard shape; rectilinear grids have several) ---------
     def decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
         """The decoder of a shard (a :class:`ShardDecoder`), or of a chunk of an
-        unsharded array; one per distinct shard shape, built on first use."""
+        unsharded array; one per distinct shard shape, built on first use.
+        :class:`~shardwise.errors.TooLargeError` for a shard of more than
+        :data:`~shardwise.layout.MAX_CHUNKS_PER_SHARD` inner chunks (its index could not
+        be held)."""
         shape = self.info.layout.shard_shape(shard)
         dec = self._decoders.get(shape)
         if dec is None:
             info = self.info
+            if info.sharding is not None:  # refuse an index too large to hold, unread
+                check_chunks_per_shard(
+                    info.layout.chunks_per_shard(shard),
+                    array=info.name,
+                    key=metadata_key(info.path),
+                )
             try:
                 if info.sharding is not None:
                     dec = ShardDecoder(
@@ -241,7 +252,18 @@ class ArrayReader:
         layout = self.info.layout
         # the output first: a selection too large for memory fails here, at once, before
         # its inner chunks are listed
-        out = np.empty(tuple(map(out_len, layout.dims, sel)), dtype=self.dtype)
+        shape = tuple(map(out_len, layout.dims, sel))
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        if nbytes > INT64_MAX:  # numpy's "array is too big", naming nothing
+            raise TooLargeError(
+                "the selection is larger than any array numpy can hold",
+                expected="at most 2**63 - 1 bytes",
+                found=f"shape {shape} of {self.dtype}: {nbytes:,} bytes",
+                array=self.info.name,
+                advice="Select a smaller region (isel/sel, or ArrayReader[...] with "
+                "slices), or open with chunks={} to work on it with dask.",
+            )
+        out = np.empty(shape, dtype=self.dtype)
         return sel, tuple(n for i, n in enumerate(out.shape) if i not in drop), out
 
     # -- execution -----------------------------------------------------------------------
@@ -418,6 +440,10 @@ class ArrayReader:
                 buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
             except Exception as e:
                 if not (extra and _out_of_bounds(e)):
+                    if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
+                        # a file system that refuses the seek (ext4 past 16 TiB) where the
+                        # index points past any file: the object's size tells
+                        await self._past_the_end(key, req, extra, members, ranges, wanted, e)
                     raise
                 # a store that refuses a range past the object's end (Icechunk) rather
                 # than return it short: the object ends before the read-on's end, so the
@@ -471,6 +497,37 @@ class ArrayReader:
             )
         )
         return result
+
+    async def _past_the_end(
+        self,
+        key: str,
+        req: ByteRange,
+        extra: int,
+        members: list[int],
+        ranges: Sequence[ByteRange],
+        wanted: Sequence[tuple[int, ...]],
+        error: Exception,
+    ) -> None:
+        """Raise :class:`TruncatedShardError` when a ranged read failed because its
+        range reaches past the object's end (the store's ``error`` kept as the cause);
+        return when the object's size is unknown or the range lies inside it."""
+        try:
+            size = await self.store.getsize(key)
+        except Exception:  # the size cannot be had: the store's own error stands
+            return
+        if req.stop + extra <= size:
+            return
+        r, inner = max(((ranges[m], wanted[m]) for m in members), key=lambda x: x[0].stop)
+        raise TruncatedShardError(
+            "inner chunk lies outside the shard object",
+            expected=f"byte ranges within the object's {size} bytes",
+            found=f"bytes [{r.start}, {r.stop}) ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})",
+            array=self.info.name,
+            key=key,
+            chunk=inner,
+            advice="The shard index is corrupt; rewrite the shard from its source.",
+        ) from error
 
     def _check_data_end(
         self,

@@ -35,14 +35,15 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from shardwise.errors import StoreExistsError, WriteError
+from shardwise.errors import ShardwiseError, StoreExistsError, WriteError, naming_io_errors
+from shardwise.layout import check_write_geometry
+from shardwise.metadata import ArrayInfo
 from shardwise.names import key_under, node_path
-from shardwise.storage import check_apart, location
-
-if TYPE_CHECKING:
-    from shardwise.metadata import ArrayInfo
+from shardwise.sources import KINDS, open_source
+from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
+from shardwise.v2 import V2ArrayInfo
 
 __all__ = ["ReshardReport", "reshard"]
 
@@ -197,9 +198,6 @@ def _attributes(kind: str, info: ArrayInfo) -> tuple[dict[str, Any], list[str]]:
     """The target's attributes and dimension names, as xarray showed the source."""
     from xarray.backends.zarr import FillValueCoder
 
-    from shardwise.sources import KINDS
-    from shardwise.v2 import V2ArrayInfo
-
     attributes = dict(info.attributes)
     if kind == KINDS[0]:
         return attributes, _names(info)
@@ -288,6 +286,8 @@ def _plan_array(
     )
     with enabled():
         metadata = ArrayV3Metadata.from_dict(doc)
+    outer_sizes = grid["configuration"].get("chunk_shape") or _outer(info)
+    check_write_geometry(outer_sizes, inner, itemsize, array=rel or "/")
     src_chain = info.codecs if info.sharding is None else info.sharding.codecs
     repack = inner == src_inner and _same_chain(chain, src_chain)
     return metadata, repack
@@ -338,6 +338,8 @@ def reshard(
             found="mode='w'",
         )
     check_apart(location(src, None, storage_options), location(dst, None, target_options))
+    if mode == "w":
+        check_replaceable(dst, None, target_options)
     plans, report = _prepare(
         src,
         dst,
@@ -382,11 +384,7 @@ def _prepare(
     from zarr.core.sync import sync
     from zarr.storage import MemoryStore
 
-    from shardwise.errors import ShardwiseError
-    from shardwise.metadata import ArrayInfo
     from shardwise.rectilinear import enabled
-    from shardwise.sources import open_source
-    from shardwise.storage import read_only_store_path
 
     source = open_source(src, group, storage_options)
     chosen = dict(source.arrays)
@@ -406,6 +404,8 @@ def _prepare(
     _check_sizes("shards", shards, known)
     _check_sizes("chunks", chunks, known)
     for rel, err in unreadable.items():
+        if rel in source.damaged:  # a document no reader opens: named, unless left out
+            raise err
         _check_copyable(source, rel, err)
 
     targets = {
@@ -671,7 +671,6 @@ def _sum(*stats: Stats | None) -> Stats:
 
 def _valid(plan: _ArrayPlan, shard: tuple[int, ...]) -> bool:
     """Whether the destination holds this shard with an index that reads back."""
-    from shardwise.errors import ShardwiseError
     from shardwise.reader import ArrayReader
 
     try:
@@ -685,7 +684,6 @@ def _reshard_shard(
 ) -> Stats:
     """Fill one target shard from the source objects ``sources`` (see the module
     docstring); a store's I/O error names the array and the target shard's key."""
-    from shardwise.errors import naming_io_errors
 
     with naming_io_errors(
         "resharding a shard",

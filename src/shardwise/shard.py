@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from collections.abc import Mapping
@@ -13,6 +12,7 @@ import numpy.typing as npt
 
 from shardwise.codecs import SCRATCH_LIMIT
 from shardwise.index import IndexFormat
+from shardwise.layout import check_chunks_per_shard
 
 __all__ = [
     "SCRATCH_LIMIT",
@@ -29,19 +29,27 @@ WRITE_ORDERS = ("morton", "C")
 def write_order(chunks_per_shard: tuple[int, ...], order: str = "morton") -> list[tuple[int, ...]]:
     """The order inner chunks are laid out in a shard: ``"C"`` (row-major) or
     ``"morton"`` (Z-order: bits of the coordinates interleaved, dimension 0 lowest, so
-    chunks near each other in the array lie near each other in the shard)."""
+    chunks near each other in the array lie near each other in the shard).
+    :class:`~shardwise.errors.TooLargeError` past
+    :data:`~shardwise.layout.MAX_CHUNKS_PER_SHARD` inner chunks."""
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     ndim = len(chunks_per_shard)
-    n = math.prod(chunks_per_shard)
+    n = check_chunks_per_shard(chunks_per_shard)  # before np.indices allocates 8 n ndim
     coords = np.indices(chunks_per_shard).reshape(ndim, n)
     if order == "morton" and n > 1:
+        # bit b of dimension d goes to the next free bit of the code, taking bits only
+        # where some coordinate has them: the order of interleaving every dimension's
+        # every bit, in at most log2(n) + ndim bits (below 64 for any shard allowed)
         bits = max(int(s - 1).bit_length() for s in chunks_per_shard)
         code = np.zeros(n, dtype=np.uint64)
+        at = 0
         for b in range(bits):
             for d in range(ndim):
-                bit = ((coords[d] >> b) & 1).astype(np.uint64)
-                code |= bit << np.uint64(b * ndim + d)
+                if (chunks_per_shard[d] - 1) >> b:
+                    bit = ((coords[d] >> b) & 1).astype(np.uint64)
+                    code |= bit << np.uint64(at)
+                    at += 1
         coords = coords[:, np.argsort(code, kind="stable")]
     return [tuple(int(c) for c in coords[:, i]) for i in range(n)]
 

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
-from shardwise.metadata import ArrayInfo
+from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, parse_document
+from shardwise.names import node_name, node_path
+from shardwise.storage import read_only_store_path
+from shardwise.v2 import array_info as v2_info
+from shardwise.v2 import parse_documents
 
 __all__ = ["Source", "open_source"]
 
@@ -25,7 +29,14 @@ KINDS = ("Zarr v3", "Zarr v2", "2022 sharding draft")
 class Source:
     """A store's hierarchy from ``base`` down. Paths in ``groups``, ``arrays`` and
     ``unreadable`` are relative to ``base`` (``""`` is ``base`` itself); each
-    ``ArrayInfo.path`` is the array's full path in ``store``."""
+    ``ArrayInfo.path`` is the array's full path in ``store``.
+
+    ``unreadable`` holds, for each array (or node) shardwise cannot read, the error
+    naming it, its document and what is wrong; the rest of the hierarchy is listed
+    all the same. ``damaged`` are the paths among them whose documents no reader can
+    open (not JSON, not valid metadata, an unknown codec; for a store of the 2022
+    draft, which only shardwise reads, every one): zarr-python cannot copy those either,
+    unlike the arrays it reads and shardwise does not (strings, objects)."""
 
     kind: str
     store: Any  # zarr-python Store
@@ -33,6 +44,7 @@ class Source:
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> attributes
     arrays: dict[str, ArrayInfo] = field(default_factory=dict)
     unreadable: dict[str, ShardwiseError] = field(default_factory=dict)
+    damaged: set[str] = field(default_factory=set)
 
     def relative(self, path: str) -> str:
         """``path`` (full, in the store) relative to ``base``."""
@@ -49,15 +61,20 @@ def _join(*parts: str) -> str:
 def open_source(
     store: Any, group: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> Source:
-    """Walk the hierarchy under ``group`` of ``store`` (a path, URL or zarr ``Store``)."""
+    """Walk the hierarchy under ``group`` of ``store`` (a path, URL or zarr ``Store``).
+
+    Every node name found is checked (:mod:`shardwise.names`): a store holding a name
+    that could reach outside its root (``..``, an empty name, a backslash...) is refused
+    with :class:`~shardwise.errors.UnsafeNameError` naming it and where it was found, and
+    so is a ``group`` breaking the same rules. A damaged document of an array or group
+    below ``group`` goes into ``unreadable`` (and ``damaged``); the root's own document
+    damaged is a refusal naming it."""
     import zarr
 
     from shardwise.legacy import DraftStore
-    from shardwise.metadata import PARSE_ERRORS
     from shardwise.rectilinear import enabled
-    from shardwise.v2 import array_info as v2_info
 
-    base = (group or "").strip("/")
+    base = node_path((group or "").strip("/"))
     draft = DraftStore.open(store, storage_options)
     if draft is not None:
         where = _join(draft.prefix, base)
@@ -65,14 +82,23 @@ def open_source(
         todo = [base]
         while todo:
             g = todo.pop(0)
-            src.groups[g[len(base) :].strip("/")] = draft.group_attributes(g)
+            rel = g[len(base) :].strip("/")
+            try:
+                src.groups[rel] = draft.group_attributes(g)
+            except ShardwiseError as e:
+                if not rel:
+                    raise  # the group asked for: a refusal naming its document
+                src.unreadable[rel] = e  # its members are listed all the same
+                src.damaged.add(rel)
             todo += [_join(g, c) for c in draft.groups(g)]
             for name in draft.arrays(g):
                 path = _join(g, name)
                 try:
                     src.arrays[src.relative(_join(draft.prefix, path))] = draft.info(path)
                 except ShardwiseError as e:
-                    src.unreadable[path[len(base) :].strip("/")] = e
+                    rel = path[len(base) :].strip("/")
+                    src.unreadable[rel] = e
+                    src.damaged.add(rel)
         return src
 
     try:
@@ -80,8 +106,11 @@ def open_source(
             root = zarr.open_group(
                 store, path=base, mode="r", storage_options=storage_options, use_consolidated=False
             )
-            members = list(root.members(max_depth=None))
     except (FileNotFoundError, *PARSE_ERRORS) as e:
+        if not isinstance(e, FileNotFoundError):
+            named = _root_problem(store, base, storage_options, e)
+            if named is not e:
+                raise named from e
         raise NotAZarrStoreError(
             "no Zarr group here",
             expected="a Zarr v3 zarr.json, a Zarr v2 .zgroup, or a store of the 2022 draft",
@@ -93,16 +122,134 @@ def open_source(
     fmt = root.metadata.zarr_format
     src = Source(KINDS[0] if fmt == 3 else KINDS[1], root.store_path.store, root.store_path.path)
     src.groups[""] = dict(root.attrs)
-    for _, node in sorted(members, key=lambda m: m[0]):
-        rel = src.relative(node.path)
-        if isinstance(node, zarr.Group):
-            src.groups[rel] = dict(node.attrs)
-            continue
-        try:
-            if node.metadata.zarr_format == 2:
-                src.arrays[rel] = v2_info(node.metadata, node.path)
-            else:
-                src.arrays[rel] = ArrayInfo.from_metadata(node.metadata, node.path)
-        except ShardwiseError as e:
-            src.unreadable[rel] = e
+    _walk(src, fmt)
     return src
+
+
+def _root_problem(
+    store: Any, base: str, storage_options: dict[str, Any] | None, error: BaseException
+) -> BaseException:
+    """The error naming the document of the group at ``base`` that zarr-python failed
+    to read with ``error`` (its ``zarr.json``, or its Zarr v2 ``.zgroup`` or
+    ``.zattrs``), or ``error`` itself when every document reads."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    named = metadata_error(store, base, error, storage_options=storage_options)
+    if named is not error:
+        return named
+    try:
+        where = read_only_store_path(store, storage_options)
+        full = _join(where.path, base)
+        docs = [
+            sync(where.store.get(_join(full, n), prototype=default_buffer_prototype()))
+            for n in (".zarray", ".zgroup", ".zattrs")
+        ]
+        parse_documents(full, *(None if d is None else d.to_bytes() for d in docs))
+    except ShardwiseError as problem:
+        return problem
+    except Exception:  # looking for the culprit must not hide the error itself
+        return error
+    return error
+
+
+# what a child of a group is: ("group", attributes), ("array", ArrayInfo),
+# ("unreadable", error) or ("damaged", error: its documents cannot be read at all)
+_Node = tuple[str, Any]
+
+_DOCUMENTS = {3: ("zarr.json",), 2: (".zattrs", ".zgroup", ".zarray", ".zmetadata")}
+
+
+def _walk(src: Source, fmt: int) -> None:
+    """List the hierarchy below ``src.base`` into ``src``, one level at a time (the
+    listings of a level, then the documents of their children, concurrently)."""
+    from zarr.core.sync import sync
+
+    sync(_walk_async(src, fmt))
+
+
+async def _walk_async(src: Source, fmt: int) -> None:
+    import asyncio
+
+    import zarr
+
+    limit = asyncio.Semaphore(int(zarr.config.get("async.concurrency") or 10))
+    found: dict[str, _Node] = {}
+    level = [""]
+    while level:
+        listings = await asyncio.gather(
+            *(_children(src.store, _join(src.base, g), fmt, limit) for g in level)
+        )
+        children = [
+            _join(g, name) for g, names in zip(level, listings, strict=True) for name in names
+        ]
+        nodes = await asyncio.gather(
+            *(_node(src.store, _join(src.base, rel), fmt, limit) for rel in children)
+        )
+        level = []
+        for rel, node in zip(children, nodes, strict=True):
+            if node is not None:
+                found[rel] = node
+                if node[0] == "group":
+                    level.append(rel)
+    for rel, (what, value) in sorted(found.items()):
+        if what == "group":
+            src.groups[rel] = value
+        elif what == "array":
+            src.arrays[rel] = value
+        else:
+            src.unreadable[rel] = value
+            if what == "damaged":
+                src.damaged.add(rel)
+
+
+async def _children(store: Any, full: str, fmt: int, limit: Any) -> list[str]:
+    """The names listed directly under the group at ``full`` (its own documents left
+    out), each checked against the node-name rules."""
+
+    under = f"{full}/" if full else ""
+    async with limit:
+        names = [name async for name in store.list_dir(full)]
+    return sorted(
+        node_name(name, document=f"{under}{name}") for name in names if name not in _DOCUMENTS[fmt]
+    )
+
+
+async def _node(store: Any, full: str, fmt: int, limit: Any) -> _Node | None:
+    """What is at ``full`` (a checked path): ``("group", attributes)``, ``("array",
+    info)``, ``("unreadable", error)``, ``("damaged", error)``, or None when it holds no
+    Zarr node (a stray object)."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.group import GroupMetadata
+
+    proto = default_buffer_prototype()
+
+    async def get(key: str) -> bytes | None:
+        async with limit:
+            buf = await store.get(key, prototype=proto)
+        return None if buf is None else buf.to_bytes()
+
+    try:
+        if fmt == 3:
+            key = f"{full}/zarr.json"
+            raw = await get(key)
+            metadata = None if raw is None else parse_document(raw, key)
+        else:
+            docs = await asyncio.gather(
+                *(get(f"{full}/{n}") for n in (".zarray", ".zgroup", ".zattrs"))
+            )
+            metadata = parse_documents(full, *docs)
+    except ShardwiseError as e:
+        return ("damaged", e)
+    if metadata is None:
+        return None
+    if isinstance(metadata, GroupMetadata):
+        return ("group", dict(metadata.attributes))
+    try:
+        if fmt == 2:
+            return ("array", v2_info(metadata, full))
+        return ("array", ArrayInfo.from_metadata(metadata, full))
+    except ShardwiseError as e:
+        return ("unreadable", e)

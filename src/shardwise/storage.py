@@ -28,6 +28,7 @@ __all__ = [
     "SuppliedIndexes",
     "ReadOptions",
     "check_apart",
+    "check_replaceable",
     "clear_index_cache",
     "coalesce",
     "index_cache",
@@ -486,4 +487,35 @@ def check_apart(
         advice=advice
         or "Write to a new location outside the source, then replace the source "
         "yourself once you have checked the result. Nothing was written.",
+    )
+
+
+_GLOB = frozenset("*?[")
+
+
+def check_replaceable(
+    store: Any, path: str | None = None, storage_options: Mapping[str, Any] | None = None
+) -> None:
+    """Refuse to replace (``mode="w"``) a destination that fsspec would take for a glob
+    pattern: zarr-python's ``FsspecStore`` removes a folder with ``fs.rm(path,
+    recursive=True)``, which expands ``*``, ``?`` and ``[...]`` in the path, so replacing
+    ``s3://b/data[12].zarr`` would delete ``data1.zarr`` and ``data2.zarr`` beside it."""
+    from shardwise.errors import WriteError
+
+    if isinstance(store, str) and "://" in store:
+        where = store.rsplit("::", 1)[-1].partition("://")[2]
+    elif type(store).__name__ == "FsspecStore":
+        where = str(getattr(store, "path", ""))
+    else:
+        return  # local folders, obstore and memory stores remove by listing, not by glob
+    where = f"{where}/{path or ''}"
+    if _GLOB.isdisjoint(where):
+        return
+    raise WriteError(
+        "a destination whose name holds a glob character cannot be replaced through fsspec",
+        expected="no '*', '?' or '[' in the destination's path",
+        found=repr(store if isinstance(store, str) else where),
+        advice="fsspec would expand the pattern and delete the keys of the datasets it "
+        "matches. Choose another name, or remove the destination yourself and write with "
+        "the default mode. Nothing was written.",
     )

@@ -27,8 +27,9 @@ import numpy as np
 
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.metadata import ArrayInfo
+from shardwise.names import node_path
 
-__all__ = ["V2ArrayInfo", "array_info", "compressor_codecs"]
+__all__ = ["V2ArrayInfo", "array_info", "compressor_codecs", "parse_documents"]
 
 _BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
 # numcodecs ids zarr-python has codecs for (zarr.codecs.numcodecs), by their kind
@@ -75,7 +76,13 @@ class V2ArrayInfo(ArrayInfo):
 
     @property
     def document_key(self) -> str:
-        return f"{self.path}/.zarray" if self.path else ".zarray"
+        return _document(self.path, ".zarray")
+
+
+def _document(path: str, name: str) -> str:
+    """The key of the document ``name`` (``.zarray``, ``.zgroup``, ``.zattrs``) of the
+    node at ``path``."""
+    return f"{path}/{name}" if path else name
 
 
 def _bad(path: str, found: str, expected: str, error: type = UnsupportedArrayError) -> Any:
@@ -84,15 +91,61 @@ def _bad(path: str, found: str, expected: str, error: type = UnsupportedArrayErr
         expected=expected,
         found=found,
         array=path or "/",
-        key=f"{path}/.zarray" if path else ".zarray",
+        key=_document(path, ".zarray"),
         advice="Read it with zarr-python or engine='zarr'.",
     )
 
 
-def array_info(metadata: Any, path: str) -> V2ArrayInfo:
-    """The :class:`V2ArrayInfo` of zarr-python's ``ArrayV2Metadata`` at ``path``."""
+def parse_documents(
+    path: str, zarray: bytes | None, zgroup: bytes | None, zattrs: bytes | None
+) -> Any:
+    """zarr-python's ``ArrayV2Metadata`` (when there is a ``.zarray``) or
+    ``GroupMetadata`` (a ``.zgroup``) of the Zarr v2 node at ``path``, from its
+    documents' bytes (None where absent), or None when it has neither. A document
+    that cannot be read raises :class:`UnsupportedArrayError` naming the node and that
+    document, with zarr-python's own message."""
+    from zarr.core.group import GroupMetadata
+    from zarr.core.metadata import ArrayV2Metadata
 
-    path = path.strip("/")
+    def load(raw: bytes, name: str) -> dict[str, Any]:
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise _damaged(path, name, f"no JSON ({e})") from e
+        if not isinstance(doc, dict):
+            raise _damaged(path, name, f"a JSON {type(doc).__name__}, not an object")
+        return doc
+
+    raw, name = (zarray, ".zarray") if zarray is not None else (zgroup, ".zgroup")
+    if raw is None:
+        return None
+    doc = load(raw, name)
+    attributes = {} if zattrs is None else load(zattrs, ".zattrs")
+    try:
+        if name == ".zarray":
+            return ArrayV2Metadata.from_dict({**doc, "attributes": attributes}, path=path)
+        return GroupMetadata.from_dict({**doc, "attributes": attributes}, path=path)
+    except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
+        raise _damaged(path, name, f"{type(e).__name__}: {e}") from e
+
+
+def _damaged(path: str, name: str, found: str) -> UnsupportedArrayError:
+    return UnsupportedArrayError(
+        "the metadata cannot be read",
+        expected=f"a valid Zarr v2 {name} document",
+        found=found,
+        array=path or "/",
+        key=_document(path, name),
+        advice="The document is damaged or was not written by a Zarr v2 writer: "
+        "rewrite it (or the array) from its source.",
+    )
+
+
+def array_info(metadata: Any, path: str) -> V2ArrayInfo:
+    """The :class:`V2ArrayInfo` of zarr-python's ``ArrayV2Metadata`` at ``path`` (a
+    path breaking the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`)."""
+
+    path = node_path(path.strip("/"), document=_document(path.strip("/"), ".zarray"))
     dtype = np.dtype(metadata.dtype.to_native_dtype())
     shape = [int(n) for n in metadata.shape]
     chunks = [int(n) for n in metadata.chunks]

@@ -51,7 +51,7 @@ from dask.delayed import Delayed
 
 from shardwise._gc import paused_gc
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
-from shardwise.layout import ShardLayout
+from shardwise.layout import ShardLayout, check_chunks_per_shard
 from shardwise.metadata import ArrayInfo
 from shardwise.names import key_under
 from shardwise.reader import ArrayReader
@@ -405,8 +405,10 @@ class _Target:
     def inner_boxes(self, shard: Shard) -> dict[tuple[int, ...], Box]:
         """Each inner chunk of a shard and the part of the array it holds (clipped)."""
         layout = self.info.layout
+        per_shard = layout.chunks_per_shard(shard)
+        check_chunks_per_shard(per_shard, array=self.info.name, key=self.info.key(shard))
         out = {}
-        for inner in np.ndindex(*layout.chunks_per_shard(shard)):
+        for inner in np.ndindex(*per_shard):
             box = []
             for d, s, j in zip(layout.dims, shard, inner, strict=True):
                 lo = d.shard_start(s) + j * d.inner_size(s)
