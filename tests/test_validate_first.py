@@ -124,3 +124,39 @@ def test_grids_no_reader_could_read_are_refused_before_writing(tmp_path, shards,
             chunks={"t": chunks[0]},
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]
+
+
+class _Failing(zarr.storage.WrapperStore):
+    """A store whose shard requests fail as a dropped connection does."""
+
+    async def get(self, key, prototype, byte_range=None):
+        if "/c/" in f"/{key}":
+            raise ConnectionResetError("connection reset by peer")
+        return await self._store.get(key, prototype, byte_range)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-shard", "ranges"])
+def test_store_errors_of_reads_and_writes_name_the_array_and_key(tmp_path, whole):
+    """An OSError of a read (here a dropped connection) or of a write (a folder where the
+    shard's file goes) arrives as a StoreIOError, an OSError too, naming the array and
+    the shard's key, with the store's error as its cause."""
+    import dask.array as da
+
+    path = tmp_path / "s.zarr"
+    zarr.create_array(path, name="v", shape=(8,), chunks=(2,), shards=(4,), dtype="f4")[:] = 1
+    options = shardwise.ReadOptions(whole_shard_fraction=0.5 if whole else float("inf"))
+    store = _Failing(zarr.storage.LocalStore(path, read_only=True))
+    reader = shardwise.ArrayReader.open(store, "v", options=options)
+    with pytest.raises(shardwise.StoreIOError, match="read again") as info:
+        reader[...]
+    assert isinstance(info.value, ConnectionError | OSError)
+    assert info.value.array == "v" and info.value.key in ("v/c/0", "v/c/1")
+    assert isinstance(info.value.__cause__, ConnectionResetError)
+    (path / "v" / "c" / "1").unlink()
+    (path / "v" / "c" / "1").mkdir()
+    (path / "v" / "c" / "1" / "x").write_bytes(b"")
+    with pytest.raises(shardwise.StoreIOError, match="run the same write again") as info:
+        shardwise.to_zarr(
+            da.ones(8, chunks=4, dtype="f4"), path, path="v", mode="r+", region=(slice(0, 8),)
+        )
+    assert info.value.key == "v/c/1" and isinstance(info.value.__cause__, OSError)

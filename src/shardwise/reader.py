@@ -22,9 +22,11 @@ from shardwise.errors import (
     CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
+    StoreIOError,
     TooLargeError,
     TruncatedShardError,
     UnsupportedCodecError,
+    naming_io_errors,
 )
 from shardwise.index import EMPTY, IndexFormat
 from shardwise.layout import INT64_MAX, ReadPlan, Sel, ShardRead, check_chunks_per_shard, out_len
@@ -323,11 +325,12 @@ class ArrayReader:
         needed = sorted({c.inner for c in shard_read.chunks})
         if SUPPLIED.get((self._token, key)) is not None or not self._wants_whole(decoder, needed):
             return None
-        try:
-            f = open(self.store.root / key, "rb")  # noqa: SIM115 - closed below
-        except (FileNotFoundError, NotADirectoryError):
-            return [None]
-        with f:
+        with _naming(self.info.name, key):  # an absent shard is no error
+            try:
+                f = open(self.store.root / key, "rb")  # noqa: SIM115 - closed below
+            except (FileNotFoundError, NotADirectoryError):
+                return [None]
+        with f, _naming(self.info.name, key):
             size = os.fstat(f.fileno()).st_size
             buf = _scratch(size, "shard") if size <= SCRATCH_LIMIT else np.empty(size, np.uint8)
             view = memoryview(buf)
@@ -373,8 +376,9 @@ class ArrayReader:
     ) -> memoryview | None:
         from zarr.core.buffer import default_buffer_prototype
 
-        async with sem:
-            buf = await self.store.get(key, default_buffer_prototype(), byte_range)
+        with _naming(self.info.name, key):
+            async with sem:
+                buf = await self.store.get(key, default_buffer_prototype(), byte_range)
         if buf is None:
             return None
         return memoryview(buf.as_numpy_array()).cast("B")
@@ -438,7 +442,10 @@ class ArrayReader:
                 return
             try:
                 buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
-            except Exception as e:
+            except Exception as error:
+                # the store's own error (StoreIOError keeps it as the cause)
+                e = error.__cause__ if isinstance(error, StoreIOError) else error
+                assert isinstance(e, Exception)
                 if not (extra and _out_of_bounds(e)):
                     if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
                         # a file system that refuses the seek (ext4 past 16 TiB) where the
@@ -621,6 +628,16 @@ async def read_index_region(
     if raw is not None and len(raw) > fmt.nbytes:
         raw = raw[-fmt.nbytes :]
     return raw, requests
+
+
+def _naming(array: str, key: str) -> Any:
+    """An OSError of a read names the array and the shard's key (StoreIOError)."""
+    return naming_io_errors(
+        "reading a shard",
+        array=array,
+        key=key,
+        advice="Check the store (the connection, credentials, permissions), then read again.",
+    )
 
 
 def _out_of_bounds(e: Exception) -> bool:

@@ -51,6 +51,7 @@ from dask.delayed import Delayed
 
 from shardwise._gc import paused_gc
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
+from shardwise.errors import naming_io_errors
 from shardwise.layout import ShardLayout, check_chunks_per_shard
 from shardwise.metadata import ArrayInfo
 from shardwise.names import key_under
@@ -491,9 +492,20 @@ class _Target:
         shard is known not to exist). Stores with zarr-python's synchronous methods
         (local files, memory) are called on this thread, without a hop to zarr's event
         loop."""
-        from zarr.core.sync import sync
 
         key = key_under(self.info.path, self.info.key(shard))  # never outside the array
+        with naming_io_errors(
+            "writing a shard",
+            array=self.info.name,
+            key=key,
+            advice="Check the store (space, permissions, connection), then run the same "
+            "write again: shards are single puts, and the ones written are whole.",
+        ):
+            self._put(key, buffer, existed=existed)
+
+    def _put(self, key: str, buffer: Any, *, existed: bool | None) -> None:
+        from zarr.core.sync import sync
+
         store = self.store
         direct = _sync_methods(store)
         if buffer is None:
