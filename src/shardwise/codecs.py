@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,9 @@ def _codec_name(codec: Any) -> str:
         return type(codec).__name__
 
 
+E = TypeVar("E", bound=ShardwiseError)
+
+
 class _Context:
     """Where a decode happens, for error messages."""
 
@@ -67,6 +70,26 @@ class _Context:
         scratch: bool = False,
     ):
         self.array, self.key, self.chunk, self.scratch = array, key, chunk, scratch
+
+    def error(
+        self,
+        cls: type[E],
+        problem: str,
+        *,
+        expected: str | None = None,
+        found: str | None = None,
+        advice: str | None = None,
+    ) -> E:
+        """A ``cls`` error about this chunk, naming its array, key and inner chunk."""
+        return cls(
+            problem,
+            expected=expected,
+            found=found,
+            array=self.array,
+            key=self.key,
+            chunk=self.chunk,
+            advice=advice,
+        )
 
 
 def index_format_from_codecs(
@@ -389,13 +412,11 @@ class ChunkDecoder(_ChunkCodec):
             return self.fill_array()
         arr = np.asarray(out.as_numpy_array())
         if arr.shape != self.shape or arr.dtype != self.dtype:
-            raise CorruptShardError(
+            raise ctx.error(
+                CorruptShardError,
                 "decoded inner chunk has the wrong size",
                 expected=f"shape {self.shape} and dtype {self.dtype}",
                 found=f"shape {arr.shape} and dtype {arr.dtype}",
-                array=ctx.array,
-                key=ctx.key,
-                chunk=ctx.chunk,
                 advice="The chunk's bytes are corrupt or were written with other codecs; "
                 "rewrite the shard from its source.",
             )
@@ -408,25 +429,21 @@ class ChunkDecoder(_ChunkCodec):
 def _verify_crc32c(data: Bytes, ctx: _Context) -> memoryview:
     view = memoryview(data).cast("B")
     if len(view) < 4:
-        raise CorruptShardError(
+        raise ctx.error(
+            CorruptShardError,
             "inner chunk is too short for its crc32c",
             expected="at least 4 bytes",
             found=f"{len(view)} bytes",
-            array=ctx.array,
-            key=ctx.key,
-            chunk=ctx.chunk,
         )
     body = view[:-4]
     stored = int.from_bytes(view[-4:], "little")
     actual = crc32c(body)
     if stored != actual:
-        raise ChecksumError(
+        raise ctx.error(
+            ChecksumError,
             "inner chunk crc32c mismatch",
             expected=f"{stored:#010x}",
             found=f"{actual:#010x}",
-            array=ctx.array,
-            key=ctx.key,
-            chunk=ctx.chunk,
             advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
         )
     return body
@@ -451,14 +468,12 @@ def _compressed_bound(nbytes: int) -> int:
 
 
 def _too_large(ctx: _Context, name: str, found: str, limit: int, exact: bool) -> CorruptShardError:
-    return CorruptShardError(
+    return ctx.error(
+        CorruptShardError,
         f"inner chunk's {name} data decompresses to more than the chunk holds",
         expected=f"{'exactly' if exact else 'at most'} {limit} bytes (the chunk's shape and "
         "data type through its codecs)",
         found=found,
-        array=ctx.array,
-        key=ctx.key,
-        chunk=ctx.chunk,
         advice=_BOMB_ADVICE,
     )
 
@@ -704,13 +719,11 @@ def _check_blosc_header(
     view = memoryview(data).cast("B")
     cbytes = int.from_bytes(view[12:16], "little") if len(view) >= 16 else None
     if cbytes != len(view):
-        raise CorruptShardError(
+        raise ctx.error(
+            CorruptShardError,
             "corrupt blosc frame",
             expected=f"a 16-byte header giving the frame's size, {len(view)} bytes",
             found="a shorter frame" if cbytes is None else f"a header saying {cbytes} bytes",
-            array=ctx.array,
-            key=ctx.key,
-            chunk=ctx.chunk,
             advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
         )
     nbytes = int.from_bytes(view[4:8], "little")
@@ -718,24 +731,20 @@ def _check_blosc_header(
     if limit is not None and nbytes > limit:
         raise _too_large(ctx, "blosc", f"a header that claims {nbytes} bytes", limit, exact)
     if limit is not None and exact and nbytes != limit:
-        raise CorruptShardError(
+        raise ctx.error(
+            CorruptShardError,
             "decoded inner chunk has the wrong size",
             expected=f"{limit} bytes",
             found=f"a blosc header declaring {nbytes} bytes",
-            array=ctx.array,
-            key=ctx.key,
-            chunk=ctx.chunk,
             advice="The chunk's bytes are corrupt or were written for another shape or "
             "data type; rewrite the shard from its source.",
         )
     if blocksize > max(nbytes, 1):
-        raise CorruptShardError(
+        raise ctx.error(
+            CorruptShardError,
             "corrupt blosc frame",
             expected=f"blocks of at most the frame's {nbytes} decompressed bytes",
             found=f"a header saying blocks of {blocksize} bytes",
-            array=ctx.array,
-            key=ctx.key,
-            chunk=ctx.chunk,
             advice="The chunk's bytes are corrupt; rewrite the shard from its source.",
         )
     return nbytes
@@ -751,13 +760,11 @@ def _decompress_step(
         out = np.empty(limit, dtype=np.uint8)
         n = dec.into(data, out, ctx, exact)
         if exact and n != limit:
-            raise CorruptShardError(
+            raise ctx.error(
+                CorruptShardError,
                 "decoded inner chunk has the wrong size",
                 expected=f"{limit} bytes",
                 found=f"{n} bytes",
-                array=ctx.array,
-                key=ctx.key,
-                chunk=ctx.chunk,
             )
         return out[:n]
 
@@ -842,13 +849,11 @@ class _ToArray:
     def __call__(self, data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
         view = memoryview(data).cast("B")
         if len(view) != self.expected:
-            raise CorruptShardError(
+            raise ctx.error(
+                CorruptShardError,
                 "decoded inner chunk has the wrong size",
                 expected=f"{self.expected} bytes (shape {self.shape}, dtype {self.native})",
                 found=f"{len(view)} bytes",
-                array=ctx.array,
-                key=ctx.key,
-                chunk=ctx.chunk,
             )
         arr = np.frombuffer(view, dtype=self.stored).reshape(self.shape)
         return arr.astype(self.native) if self.swap else arr
