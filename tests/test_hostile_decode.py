@@ -30,7 +30,6 @@ from typing import Any
 import numcodecs
 import numpy as np
 import pytest
-import xarray as xr
 import zarr
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -50,6 +49,7 @@ from shardwise import ArrayReader, CorruptShardError, ReadOptions, TruncatedShar
 from shardwise.codecs import ChunkDecoder, ShardDecoder, _compressed_bound
 from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat
 from shardwise.testing import CountingStore
+from test_corruption import READERS  # the four read paths: whole shards, ranges, engine, fan-out
 
 zstandard = pytest.importorskip("zstandard")
 
@@ -205,32 +205,6 @@ def set_entry(shard: Path, inner: tuple[int, ...], offset: int, nbytes: int) -> 
     table[inner] = (offset, nbytes)
     raw[-FMT.nbytes :] = FMT.encode(table)
     shard.write_bytes(bytes(raw))
-
-
-def read_reader(path: Path) -> np.ndarray:
-    return ArrayReader.open(path, "v")[...]
-
-
-def read_ranged(path: Path) -> np.ndarray:
-    return ArrayReader.open(path, "v", options=RANGED)[...]
-
-
-def read_engine(path: Path) -> np.ndarray:
-    with xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False) as ds:
-        return ds["v"].values
-
-
-def read_fanout(path: Path) -> np.ndarray:
-    with shardwise.open_dataset(path, chunks="inner", consolidated=False) as ds:
-        return ds["v"].values
-
-
-READERS = {
-    "reader": read_reader,
-    "ranged": read_ranged,
-    "engine": read_engine,
-    "fanout": read_fanout,
-}
 
 
 def raised(read: Callable[[Path], Any], path: Path, cls: type[Exception]) -> Any:
