@@ -540,7 +540,7 @@ def test_zarr_v2_and_strings_go_through_aligned_dask_store(tmp_path):
 
 
 def test_aligned_chunks_break_at_the_grid():
-    from shardwise.api import _aligned
+    from shardwise.writer import _aligned
 
     assert _aligned(20, 95, 10) == (5, 10, 5)
     assert _aligned(30, 0, 10) == (10, 10, 10)

@@ -21,24 +21,28 @@ metadata and CF decoding) and gives every shardwise-read variable the fan-out gr
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
 import numpy as np
 
+import shardwise.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
-from shardwise.layout import check_write_geometry
-from shardwise.metadata import ArrayInfo, metadata_key
+from shardwise.layout import (
+    DEFAULT_CHUNK_BYTES,
+    auto_chunks,
+    auto_shards,
+    check_write_geometry,
+    target_bytes,
+)
+from shardwise.metadata import metadata_key
 from shardwise.shard import WRITE_ORDERS
 from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
+from shardwise.writer import FIXED_KINDS, data_graph, finish_graph
 
 __all__ = ["auto_chunks", "auto_shards", "open_dataset", "to_zarr"]
 
-DEFAULT_SHARD_BYTES = "128 MiB"
-DEFAULT_CHUNK_BYTES = "1 MiB"
-_FIXED_KINDS = "biufcmM"  # dtype kinds the shard writer handles (fixed size)
 
 SizeSpec = None | Literal["auto"] | Mapping[Hashable, int]
 ShardSpec = SizeSpec | Literal["dask"]
@@ -116,113 +120,6 @@ def _read_locations(obj: Any) -> Iterator[Any]:
 
 
 # -- shard and chunk shapes --------------------------------------------------------------
-def _target_bytes(key: str, default: str) -> int:
-    import dask.config
-    from dask.utils import parse_bytes
-
-    value = dask.config.get(key, default)
-    return int(parse_bytes(value) if isinstance(value, str) else value)
-
-
-def _regular(sizes: tuple[int, ...]) -> int | None:
-    """The block size of a dask dimension whose blocks are all equal but the last."""
-    if not sizes:
-        return None
-    first = sizes[0]
-    if all(s == first for s in sizes[:-1]) and sizes[-1] <= first:
-        return first
-    return None
-
-
-def auto_shards(
-    shape: tuple[int, ...],
-    itemsize: int,
-    blocks: tuple[tuple[int, ...], ...] | None,
-    target: int | None = None,
-) -> tuple[int, ...]:
-    """A shard shape toward ``target`` bytes (default: dask config
-    ``shardwise.shard-bytes``, 128 MiB) built from whole dask blocks where the blocks
-    are regular, so that each shard is written by the tasks of its own blocks.
-
-    Dimensions grow from the first (slowest-varying) one, by whole blocks (the last
-    shard may reach past the array's end); when one block is already larger than the
-    target, the shard is a divisor of the block."""
-    if target is None:
-        target = _target_bytes("shardwise.shard-bytes", DEFAULT_SHARD_BYTES)
-    base = []
-    for i, n in enumerate(shape):
-        b = None if blocks is None else _regular(blocks[i])
-        base.append(max(1, min(n, b if b is not None else n)))
-    if math.prod(base) * itemsize > target:
-        return _shrink(tuple(base), itemsize, target)
-    return _grow(tuple(base), tuple(max(n, 1) for n in shape), itemsize, target, divide=False)
-
-
-def auto_chunks(
-    outer: tuple[int, ...],
-    itemsize: int,
-    blocks: tuple[tuple[int, ...], ...] | None = None,
-    target: int | None = None,
-    *,
-    sharded: bool = True,
-) -> tuple[int, ...]:
-    """An inner chunk shape toward ``target`` bytes (default: dask config
-    ``shardwise.chunk-bytes``, 1 MiB) that divides the shard shape ``outer``. Where
-    dask blocks are regular, the inner chunks divide the blocks too when the blocks are
-    large enough (then they are encoded beside their data), else they hold whole
-    blocks. With ``sharded=False``, ``outer`` is the array's shape and the result is a
-    plain chunk shape, built from whole blocks."""
-    if target is None:
-        target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
-    unit = []
-    for i, s in enumerate(outer):
-        b = None if blocks is None else _regular(blocks[i])
-        if b is None:
-            unit.append(max(s, 1))
-        else:
-            unit.append(math.gcd(s, b) if sharded else max(1, min(s, b)))
-    if math.prod(unit) * itemsize > target:
-        return _shrink(tuple(unit), itemsize, target)
-    limit = tuple(max(s, 1) for s in outer)
-    return _grow(tuple(unit), limit, itemsize, target, divide=sharded)
-
-
-def _grow(
-    unit: tuple[int, ...], limit: tuple[int, ...], itemsize: int, target: int, *, divide: bool
-) -> tuple[int, ...]:
-    """Multiples of ``unit`` per dimension, from the first, toward ``target`` bytes and
-    up to ``limit`` (with ``divide``, only sizes that divide ``limit``; without, up to
-    the multiple that first covers it)."""
-    out = list(unit)
-    for i, (u, n) in enumerate(zip(unit, limit, strict=True)):
-        rest = math.prod(out) // out[i] * itemsize
-        if divide:
-            options = [d for d in _divisors(n) if d % u == 0]
-        else:
-            most = math.ceil(n / u)
-            options = [u * max(1, min(most, target // max(rest * u, 1))), u * most]
-        fitting = [d for d in options if d * rest <= target]
-        out[i] = max(fitting) if fitting else u
-        if out[i] < max(options):
-            break
-    return tuple(out)
-
-
-def _shrink(unit: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
-    """Divisors of ``unit`` per dimension, from the first, toward ``target`` bytes."""
-    out = list(unit)
-    for i, u in enumerate(unit):
-        rest = math.prod(out[i + 1 :]) * itemsize
-        fitting = [d for d in _divisors(u) if d * rest <= target]
-        out[i] = max(fitting) if fitting else 1
-        if fitting:
-            break
-    return tuple(out)
-
-
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _by_dim(
@@ -273,7 +170,6 @@ def _plan_encoding(
     write them, so the encoding handed to it holds regular placeholder shards (the
     inner chunks) and :class:`_Capture` rewrites the array's grid once xarray has
     created it."""
-    from shardwise import rectilinear as rl
 
     out_encoding = {k: dict(v) for k, v in encoding.items()}
     grids: dict[str, tuple[Any, ...]] = {}
@@ -281,7 +177,7 @@ def _plan_encoding(
     for name, var in ds.variables.items():
         if str(name) in existing or var.ndim == 0:
             continue
-        itemsize = var.dtype.itemsize if var.dtype.kind in _FIXED_KINDS else 8
+        itemsize = var.dtype.itemsize if var.dtype.kind in FIXED_KINDS else 8
         blocks = var.chunks
         explicit = name in out_encoding
         enc = out_encoding[name] if explicit else dict(var.encoding)
@@ -349,7 +245,6 @@ def _rectilinear_edges(
     """The rectilinear shard grid a new variable gets, or None for a regular one:
     nested ``shards`` in its encoding, or its dask chunks where they are irregular and
     no shard shape is given (or ``shards="dask"``). Regular dimensions keep one size."""
-    from shardwise import rectilinear as rl
 
     given = enc.get("shards")
     if _nested(given):
@@ -373,7 +268,7 @@ def _rectilinear_edges(
     if (
         given is not None
         or blocks is None
-        or var.dtype.kind not in _FIXED_KINDS
+        or var.dtype.kind not in FIXED_KINDS
         or (shards is not None and shards != "dask")
         or 0 in var.shape
     ):
@@ -393,7 +288,6 @@ def _rectilinear_inner(
     chunks: SizeSpec,
     itemsize: int,
 ) -> tuple[int, ...]:
-    from shardwise import rectilinear as rl
 
     given = enc.get("chunks")
     if given is not None and given != "auto":
@@ -408,7 +302,7 @@ def _rectilinear_inner(
                 array=str(name),
             )
         return inner
-    target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    target = target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
     auto = rl.auto_inner(name, var.dims, edges, var.shape, itemsize, target)
     if isinstance(chunks, Mapping):
         return _by_dim(chunks, var.dims, auto)
@@ -465,7 +359,6 @@ class _Capture:
 
     def _regrid(self, target: Any) -> Any:
         """``target`` with its rectilinear grid written, when it gets one."""
-        from shardwise import rectilinear as rl
 
         name = target.basename
         if name not in self.grids:
@@ -505,8 +398,6 @@ def _grow_grids(
     allows) and xarray's resize keeps them, rather than adding one edge for all the
     appended values."""
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
-
-    from shardwise import rectilinear as rl
 
     if append_dim is None:
         return
@@ -755,7 +646,6 @@ def to_zarr(
     import dask
     from xarray.backends.writers import get_writable_zarr_store
 
-    from shardwise import rectilinear
     from shardwise.arrays import array_to_zarr, is_array
 
     if mode == "w":  # replacing what is there: never what the data is read from
@@ -867,7 +757,7 @@ def to_zarr(
 
         check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
-    with rectilinear.enabled():  # zarr-python's flag, for this call only
+    with rl.enabled():  # zarr-python's flag, for this call only
         try:
             mode, ds, encoding, existing, zarr_format, grids = _validate(
                 ds,
@@ -917,7 +807,7 @@ def to_zarr(
     for source, target, region_, offset in capture.items:
         fresh = mode == "w" or target.basename not in existing  # no shard exists yet
         writes.append(
-            _data_graph(
+            data_graph(
                 source,
                 target,
                 region_,
@@ -935,8 +825,8 @@ def to_zarr(
             from shardwise.writer import _merge_sessions
 
             zstore.close()
-            return _finish_graph(writes, _merge_sessions)  # the fork sessions as one
-        return _finish_graph(writes, _finish, zstore)
+            return finish_graph(writes, _merge_sessions)  # the fork sessions as one
+        return finish_graph(writes, _finish, zstore)
     try:
         if writes:
             done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
@@ -1178,92 +1068,6 @@ def _finish(zstore: Any, *writes: Any) -> Any:
     del writes  # the writes are done before the store is closed
     zstore.close()
     return zstore
-
-
-def _finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:
-    """A ``dask.delayed`` that runs ``finish(*head, *results)`` once ``writes`` (each a
-    ``dask.delayed``) are done, and computes to what it returns. Built directly on their
-    graphs: ``dask.delayed(f)(writes)`` would cull each write's whole graph while
-    building."""
-    import uuid
-
-    from dask._task_spec import Task, TaskRef
-    from dask.highlevelgraph import HighLevelGraph
-
-    from shardwise.writer import WriteDelayed
-
-    name = f"shardwise-finish-{uuid.uuid4().hex}"
-    graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
-    refs = (TaskRef(w.key) for w in writes)
-    layers: dict[str, Any] = {**graph.layers, name: {name: Task(name, finish, *head, *refs)}}
-    deps = {**graph.dependencies, name: {layer for w in writes for layer in w.__dask_layers__()}}
-    return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
-
-
-def _data_graph(
-    source: Any,
-    target: Any,
-    region: tuple[slice, ...],
-    offset: tuple[int, ...],
-    write_empty_chunks: bool | None,
-    order: str,
-    fresh: bool,
-    shards_per_task: int | str = 1,
-    encode_split: int | str | None = None,
-    *,
-    store: Any = None,
-) -> Any:
-    """The delayed write of one dask variable into its zarr array (``fresh``: created
-    by this call, so no shard of it exists yet). ``store``: write through this store
-    instead of the array's (an Icechunk fork's store: the delayed then computes to the
-    fork session holding the changes)."""
-    from shardwise.writer import store_dask_array
-
-    empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
-    if target.metadata.zarr_format == 3 and source.dtype.kind in _FIXED_KINDS:
-        info = ArrayInfo.from_metadata(target.metadata, target.path)
-        return store_dask_array(
-            source.astype(info.dtype, copy=False),
-            target.store_path.store if store is None else store,
-            info,
-            offset=offset,
-            write_empty_chunks=bool(empty),
-            order=order,
-            fresh=fresh,
-            shards_per_task=shards_per_task,
-            encode_split=encode_split,
-            sessions=store is not None,
-        )
-    return _store_aligned(source, target, region, offset)
-
-
-def _store_aligned(source: Any, target: Any, region: tuple[slice, ...], offset: Any) -> Any:
-    """What the shard writer does not handle (Zarr v2 arrays, variable-length strings)
-    goes through ``dask.array.store`` after rechunking to the array's write grid, so no
-    two tasks share a chunk or shard."""
-    import dask.array as da
-    from dask.core import flatten
-
-    from shardwise.writer import fuse_blockwise, wait_for
-
-    grid = getattr(target, "shards", None) or target.chunks
-    new_chunks = tuple(
-        _aligned(n, o, g) for n, o, g in zip(source.shape, offset, grid, strict=True)
-    )
-    aligned = source.rechunk(new_chunks) if new_chunks != source.chunks else source
-    stored = da.store(aligned, target, regions=region, lock=False, compute=False)
-    graph = fuse_blockwise(stored.__dask_graph__(), stored.name)
-    return wait_for(f"shardwise-done-{stored.name}", graph, list(flatten(stored.__dask_keys__())))
-
-
-def _aligned(n: int, offset: int, grid: int) -> tuple[int, ...]:
-    """Chunk sizes covering ``[offset, offset + n)`` that break at multiples of ``grid``."""
-    out, pos, end = [], offset, offset + n
-    while pos < end:
-        stop = min((pos // grid + 1) * grid, end)
-        out.append(stop - pos)
-        pos = stop
-    return tuple(out) or (0,)
 
 
 # -- reading -----------------------------------------------------------------------------

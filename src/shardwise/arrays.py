@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
 from shardwise.layout import check_write_geometry
 
@@ -142,7 +143,6 @@ def array_to_zarr(
     ``dimension_names``); None where not given."""
     import dask
 
-    from shardwise import rectilinear as rl
     from shardwise.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 
     name = path.strip("/") or "/"
@@ -229,9 +229,9 @@ def array_to_zarr(
             return write
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
-    from shardwise.api import _finish_graph
+    from shardwise.writer import finish_graph
 
-    graph = _finish_graph([write], _done, arr)
+    graph = finish_graph([write], _done, arr)
     if not compute:
         return graph
     dask.compute(graph)
@@ -378,8 +378,7 @@ def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int])
 
 
 def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> _Plan:
-    from shardwise import rectilinear as rl
-    from shardwise.api import DEFAULT_CHUNK_BYTES, _target_bytes, auto_shards
+    from shardwise.layout import DEFAULT_CHUNK_BYTES, auto_shards, target_bytes
 
     itemsize = x.dtype.itemsize
     whole = tuple(max(1, n) for n in x.shape)
@@ -404,7 +403,7 @@ def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) ->
         rl.check_blocks(name, [f"axis {i}" for i in range(x.ndim)], x.chunks)
         edges = tuple(b[0] if rl.is_regular(b) and len(b) > 1 else tuple(b) for b in x.chunks)
         if chunks in (None, "auto"):
-            target = _target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+            target = target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
             dims = [f"axis {i}" for i in range(x.ndim)]
             inner = rl.auto_inner(name, dims, edges, x.shape, itemsize, target)
         else:
@@ -422,7 +421,7 @@ def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) ->
 
 
 def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    from shardwise.api import auto_chunks
+    from shardwise.layout import auto_chunks
 
     if chunks in (None, "auto"):
         return auto_chunks(grid, itemsize, x.chunks)
@@ -553,8 +552,6 @@ def _create(
 ) -> Any:
     import zarr
 
-    from shardwise import rectilinear as rl
-
     kwargs: dict[str, Any] = {
         k: creation[k] for k in ("compressors", "filters", "serializer") if creation[k] is not None
     }
@@ -598,8 +595,6 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
     checked; None for a regular grid, which only grows."""
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
 
-    from shardwise import rectilinear as rl
-
     grid = getattr(arr.metadata, "chunk_grid", None)
     if append_dim is None or not isinstance(grid, RectilinearChunkGridMetadata):
         return None
@@ -611,7 +606,6 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
 
 def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
     """The array resized for an append, with its new rectilinear grid if it has one."""
-    from shardwise import rectilinear as rl
 
     if edges is None:
         arr.resize(new_shape)
@@ -631,10 +625,10 @@ def _write_graph(
     *,
     store: Any = None,
 ) -> Any:
-    from shardwise.api import _data_graph
+    from shardwise.writer import data_graph
 
     region = tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True))
-    return _data_graph(
+    return data_graph(
         x,
         arr,
         region,

@@ -30,7 +30,7 @@ __all__ = [
     "refuse_commit",
 ]
 
-_FIXED_KINDS = "biufcmM"
+FIXED_KINDS = "biufcmM"
 
 
 def icechunk_session(store: Any) -> Any:
@@ -61,7 +61,7 @@ def check_dataset(
     cannot do."""
     check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
     for name, var in ds.variables.items():
-        if var.chunks is not None and var.dtype.kind not in _FIXED_KINDS:
+        if var.chunks is not None and var.dtype.kind not in FIXED_KINDS:
             raise WriteError(
                 "a dask variable of variable-length values cannot go through an Icechunk fork",
                 expected="dask variables of fixed-size types (numbers, booleans, times)",

@@ -478,3 +478,118 @@ def check_chunks_per_shard(
             "with larger inner chunks (shardwise.reshard cannot read it either).",
         )
     return n
+
+
+DEFAULT_SHARD_BYTES = "128 MiB"
+
+
+DEFAULT_CHUNK_BYTES = "1 MiB"
+
+
+def target_bytes(key: str, default: str) -> int:
+    import dask.config
+    from dask.utils import parse_bytes
+
+    value = dask.config.get(key, default)
+    return int(parse_bytes(value) if isinstance(value, str) else value)
+
+
+def _regular(sizes: tuple[int, ...]) -> int | None:
+    """The block size of a dask dimension whose blocks are all equal but the last."""
+    if not sizes:
+        return None
+    first = sizes[0]
+    if all(s == first for s in sizes[:-1]) and sizes[-1] <= first:
+        return first
+    return None
+
+
+def auto_shards(
+    shape: tuple[int, ...],
+    itemsize: int,
+    blocks: tuple[tuple[int, ...], ...] | None,
+    target: int | None = None,
+) -> tuple[int, ...]:
+    """A shard shape toward ``target`` bytes (default: dask config
+    ``shardwise.shard-bytes``, 128 MiB) built from whole dask blocks where the blocks
+    are regular, so that each shard is written by the tasks of its own blocks.
+
+    Dimensions grow from the first (slowest-varying) one, by whole blocks (the last
+    shard may reach past the array's end); when one block is already larger than the
+    target, the shard is a divisor of the block."""
+    if target is None:
+        target = target_bytes("shardwise.shard-bytes", DEFAULT_SHARD_BYTES)
+    base = []
+    for i, n in enumerate(shape):
+        b = None if blocks is None else _regular(blocks[i])
+        base.append(max(1, min(n, b if b is not None else n)))
+    if math.prod(base) * itemsize > target:
+        return _shrink(tuple(base), itemsize, target)
+    return _grow(tuple(base), tuple(max(n, 1) for n in shape), itemsize, target, divide=False)
+
+
+def auto_chunks(
+    outer: tuple[int, ...],
+    itemsize: int,
+    blocks: tuple[tuple[int, ...], ...] | None = None,
+    target: int | None = None,
+    *,
+    sharded: bool = True,
+) -> tuple[int, ...]:
+    """An inner chunk shape toward ``target`` bytes (default: dask config
+    ``shardwise.chunk-bytes``, 1 MiB) that divides the shard shape ``outer``. Where
+    dask blocks are regular, the inner chunks divide the blocks too when the blocks are
+    large enough (then they are encoded beside their data), else they hold whole
+    blocks. With ``sharded=False``, ``outer`` is the array's shape and the result is a
+    plain chunk shape, built from whole blocks."""
+    if target is None:
+        target = target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    unit = []
+    for i, s in enumerate(outer):
+        b = None if blocks is None else _regular(blocks[i])
+        if b is None:
+            unit.append(max(s, 1))
+        else:
+            unit.append(math.gcd(s, b) if sharded else max(1, min(s, b)))
+    if math.prod(unit) * itemsize > target:
+        return _shrink(tuple(unit), itemsize, target)
+    limit = tuple(max(s, 1) for s in outer)
+    return _grow(tuple(unit), limit, itemsize, target, divide=sharded)
+
+
+def _grow(
+    unit: tuple[int, ...], limit: tuple[int, ...], itemsize: int, target: int, *, divide: bool
+) -> tuple[int, ...]:
+    """Multiples of ``unit`` per dimension, from the first, toward ``target`` bytes and
+    up to ``limit`` (with ``divide``, only sizes that divide ``limit``; without, up to
+    the multiple that first covers it)."""
+    out = list(unit)
+    for i, (u, n) in enumerate(zip(unit, limit, strict=True)):
+        rest = math.prod(out) // out[i] * itemsize
+        if divide:
+            options = [d for d in _divisors(n) if d % u == 0]
+        else:
+            most = math.ceil(n / u)
+            options = [u * max(1, min(most, target // max(rest * u, 1))), u * most]
+        fitting = [d for d in options if d * rest <= target]
+        out[i] = max(fitting) if fitting else u
+        if out[i] < max(options):
+            break
+    return tuple(out)
+
+
+def _shrink(unit: tuple[int, ...], itemsize: int, target: int) -> tuple[int, ...]:
+    """Divisors of ``unit`` per dimension, from the first, toward ``target`` bytes."""
+    out = list(unit)
+    for i, u in enumerate(unit):
+        rest = math.prod(out[i + 1 :]) * itemsize
+        fitting = [d for d in _divisors(u) if d * rest <= target]
+        out[i] = max(fitting) if fitting else 1
+        if fitting:
+            break
+    return tuple(out)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

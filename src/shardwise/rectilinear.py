@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shardwise.errors import WriteError
+from shardwise.layout import auto_chunks
 
 __all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad", "write_grid"]
 
@@ -253,8 +254,6 @@ def auto_inner(
     that falls below 1/16 of the target while the shards are larger than that, naming
     the dimensions whose edges are to blame."""
     import warnings
-
-    from shardwise.api import auto_chunks
 
     unit = []
     for e, n in zip(edges, shape, strict=True):

@@ -221,7 +221,7 @@ def _plan_array(
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
     from zarr.core.metadata import ArrayV3Metadata
 
-    from shardwise.api import auto_chunks, auto_shards
+    from shardwise.layout import auto_chunks, auto_shards
     from shardwise.rectilinear import enabled
 
     names = _names(info)

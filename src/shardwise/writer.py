@@ -1134,3 +1134,92 @@ def store_dask_array(
     return wait_for(
         names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards], combine=combine
     )
+
+
+FIXED_KINDS = "biufcmM"  # dtype kinds the shard writer handles (fixed size)
+
+
+def finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:
+    """A ``dask.delayed`` that runs ``finish(*head, *results)`` once ``writes`` (each a
+    ``dask.delayed``) are done, and computes to what it returns. Built directly on their
+    graphs: ``dask.delayed(f)(writes)`` would cull each write's whole graph while
+    building."""
+    import uuid
+
+    from dask._task_spec import Task, TaskRef
+    from dask.highlevelgraph import HighLevelGraph
+
+    from shardwise.writer import WriteDelayed
+
+    name = f"shardwise-finish-{uuid.uuid4().hex}"
+    graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
+    refs = (TaskRef(w.key) for w in writes)
+    layers: dict[str, Any] = {**graph.layers, name: {name: Task(name, finish, *head, *refs)}}
+    deps = {**graph.dependencies, name: {layer for w in writes for layer in w.__dask_layers__()}}
+    return WriteDelayed(name, HighLevelGraph(layers, deps), layer=name)
+
+
+def data_graph(
+    source: Any,
+    target: Any,
+    region: tuple[slice, ...],
+    offset: tuple[int, ...],
+    write_empty_chunks: bool | None,
+    order: str,
+    fresh: bool,
+    shards_per_task: int | str = 1,
+    encode_split: int | str | None = None,
+    *,
+    store: Any = None,
+) -> Any:
+    """The delayed write of one dask variable into its zarr array (``fresh``: created
+    by this call, so no shard of it exists yet). ``store``: write through this store
+    instead of the array's (an Icechunk fork's store: the delayed then computes to the
+    fork session holding the changes)."""
+    from shardwise.writer import store_dask_array
+
+    empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+    if target.metadata.zarr_format == 3 and source.dtype.kind in FIXED_KINDS:
+        info = ArrayInfo.from_metadata(target.metadata, target.path)
+        return store_dask_array(
+            source.astype(info.dtype, copy=False),
+            target.store_path.store if store is None else store,
+            info,
+            offset=offset,
+            write_empty_chunks=bool(empty),
+            order=order,
+            fresh=fresh,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+            sessions=store is not None,
+        )
+    return _store_aligned(source, target, region, offset)
+
+
+def _store_aligned(source: Any, target: Any, region: tuple[slice, ...], offset: Any) -> Any:
+    """What the shard writer does not handle (Zarr v2 arrays, variable-length strings)
+    goes through ``dask.array.store`` after rechunking to the array's write grid, so no
+    two tasks share a chunk or shard."""
+    import dask.array as da
+    from dask.core import flatten
+
+    from shardwise.writer import fuse_blockwise, wait_for
+
+    grid = getattr(target, "shards", None) or target.chunks
+    new_chunks = tuple(
+        _aligned(n, o, g) for n, o, g in zip(source.shape, offset, grid, strict=True)
+    )
+    aligned = source.rechunk(new_chunks) if new_chunks != source.chunks else source
+    stored = da.store(aligned, target, regions=region, lock=False, compute=False)
+    graph = fuse_blockwise(stored.__dask_graph__(), stored.name)
+    return wait_for(f"shardwise-done-{stored.name}", graph, list(flatten(stored.__dask_keys__())))
+
+
+def _aligned(n: int, offset: int, grid: int) -> tuple[int, ...]:
+    """Chunk sizes covering ``[offset, offset + n)`` that break at multiples of ``grid``."""
+    out, pos, end = [], offset, offset + n
+    while pos < end:
+        stop = min((pos // grid + 1) * grid, end)
+        out.append(stop - pos)
+        pos = stop
+    return tuple(out) or (0,)
