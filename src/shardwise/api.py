@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+import shardwise._compat as _compat
 import shardwise.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
 from shardwise.layout import (
@@ -87,7 +88,7 @@ def _read_locations(obj: Any) -> Iterator[Any]:
     seen: set[int] = set()
     for data in datas:
         # a Variable's lazily indexed array (.data would load it)
-        data = getattr(data, "_data", data)
+        data = _compat.lazy_data(data)
         graph = getattr(data, "dask", None)
         wrapped = (
             [
@@ -345,14 +346,13 @@ class _Capture:
         self.items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]] = []
 
     def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
-        from xarray.namedarray.pycompat import is_chunked_array
 
         target = self._regrid(target)
         if self.dry:  # a grid no reader could read is refused before anything is written
             _check_geometry(target)
         region = tuple(region) if region else (slice(None),) * len(target.shape)
         offset = _offsets(source, target, region)
-        if is_chunked_array(source):
+        if _compat.is_chunked_array(source):
             self.items.append((source, target, region, offset))
         elif not self.dry:
             target[region] = source
@@ -397,7 +397,6 @@ def _grow_grids(
     with ``shards="dask"``). The edges then reach past the stored extent (as the spec
     allows) and xarray's resize keeps them, rather than adding one edge for all the
     appended values."""
-    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
 
     if append_dim is None:
         return
@@ -409,7 +408,7 @@ def _grow_grids(
         if metadata.zarr_format != 3:
             continue
         grid = metadata.chunk_grid
-        if isinstance(grid, RectilinearChunkGridMetadata):
+        if isinstance(grid, _compat.RectilinearChunkGridMetadata):
             old = tuple(grid.chunk_shapes)
         elif dask_shards and metadata.sharding_codec is not None:
             old = tuple(grid.chunk_shape)
@@ -435,7 +434,7 @@ def _regular_placeholders(zstore: Any) -> Iterator[None]:
     picklable ``ZarrStore`` again)."""
     global _PlaceholderStore
     if _PlaceholderStore is None:
-        from xarray.backends.zarr import ZarrStore
+        from xarray.backends import ZarrStore
 
         class PlaceholderStore(ZarrStore):
             __slots__ = ()
@@ -487,13 +486,11 @@ def _as_dataset(obj: Any) -> Any:
     if isinstance(obj, xr.Dataset):
         return obj
     if isinstance(obj, xr.DataArray):
-        from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
-
         if obj.name is None:
-            return obj.to_dataset(name=DATAARRAY_VARIABLE)
+            return obj.to_dataset(name=_compat.DATAARRAY_VARIABLE)
         if obj.name in obj.coords or obj.name in obj.dims:
-            ds = obj.to_dataset(name=DATAARRAY_VARIABLE)
-            ds.attrs[DATAARRAY_NAME] = obj.name
+            ds = obj.to_dataset(name=_compat.DATAARRAY_VARIABLE)
+            ds.attrs[_compat.DATAARRAY_NAME] = obj.name
             return ds
         return obj.to_dataset()
     raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
@@ -519,13 +516,12 @@ def _group_prefix(group: str | None) -> str:
 
 def _existing_node(path: Any, group: str | None) -> str | None:
     """The metadata key of a Zarr node at ``group`` in the store, if there is one."""
-    from zarr.core.sync import sync
 
     prefix = _group_prefix(group)
     for name in ("zarr.json", ".zgroup", ".zarray"):
         key = f"{path.path.rstrip('/')}/{prefix}{name}".lstrip("/")
         try:
-            if sync(path.store.exists(key)):
+            if _compat.sync(path.store.exists(key)):
                 return key
         except KeyError:  # Icechunk's stores raise for Zarr v2 keys rather than say False
             continue
@@ -535,12 +531,11 @@ def _existing_node(path: Any, group: str | None) -> str | None:
 def _metadata_step(
     ds: Any, zstore: Any, encoding: Mapping[Hashable, Any], capture: _Capture
 ) -> None:
-    from xarray.backends.writers import dump_to_store
 
     with _regular_placeholders(zstore):
         ds = zstore._validate_and_autodetect_region(ds)
         zstore._validate_encoding(encoding)
-        dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
+        _compat.dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
 
 
 def to_zarr(
@@ -644,7 +639,6 @@ def to_zarr(
         returns it.
     """
     import dask
-    from xarray.backends.writers import get_writable_zarr_store
 
     from shardwise.arrays import array_to_zarr, is_array
 
@@ -781,7 +775,7 @@ def to_zarr(
             raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
 
         # the real metadata step (numpy data is written here, as xarray does)
-        zstore = get_writable_zarr_store(
+        zstore = _compat.get_writable_zarr_store(
             store,
             group=group,
             consolidated=consolidated,
@@ -922,10 +916,10 @@ def _validate(
     arrays that exist already, the Zarr format (when not given: the existing
     group's, when the call adds to one, else 3) and the rectilinear grids of new
     arrays."""
-    from xarray.backends.writers import _validate_dataset_names, get_writable_zarr_store
-    from xarray.backends.zarr import _choose_default_mode
 
-    _validate_dataset_names(ds)  # xarray's own refusal and text, as Dataset.to_zarr does first
+    _compat.validate_dataset_names(
+        ds
+    )  # xarray's own refusal and text, as Dataset.to_zarr does first
     if write_order not in WRITE_ORDERS:
         raise WriteError(
             "unknown write order",
@@ -964,7 +958,7 @@ def _validate(
                     found=f"{dim}={r}",
                     advice="Write each strided part separately, or write the whole span.",
                 )
-    mode = _choose_default_mode(mode=mode, append_dim=append_dim, region=region)
+    mode = _compat.choose_default_mode(mode=mode, append_dim=append_dim, region=region)
 
     view = _overlay_of(store, storage_options)
     node = None if mode == "w" else _existing_node(view, group)
@@ -980,7 +974,7 @@ def _validate(
             advice="Pass mode='w' to overwrite, mode='a' to add variables, or "
             "append_dim=/region= to extend it.",
         )
-    dry = get_writable_zarr_store(
+    dry = _compat.get_writable_zarr_store(
         view,
         mode=mode,
         group=group,
@@ -1117,7 +1111,6 @@ def open_dataset(
     import os
 
     import xarray as xr
-    from xarray.core import indexing
 
     from shardwise.backend import open_backend_dataset
     from shardwise.fanout import block_sizes, fanout_array
@@ -1181,13 +1174,15 @@ def open_dataset(
             continue
         sizes = block_sizes(reader, var.dims, chunks, name=str(name))
         # the same wrapper xarray hands to dask.array.from_array
-        source = indexing.ImplicitToExplicitIndexingAdapter(var._data, indexing.OuterIndexer)
+        source = _compat.indexing.ImplicitToExplicitIndexingAdapter(
+            _compat.lazy_data(var), _compat.indexing.OuterIndexer
+        )
         data = fanout_array(reader, source, sizes, name=str(name), dtype=var.dtype)
         new[name] = var.copy(deep=False, data=data)
     coords = {k: v for k, v in new.items() if k in ds.coords}
     data_vars = {k: v for k, v in new.items() if k not in ds.coords}
     out = ds.assign_coords(coords).assign(data_vars)
-    out.set_close(backend_ds._close)
+    out.set_close(_compat.closer(backend_ds))
     if "source" not in out.encoding:
         path = getattr(store, "path", store)
         if isinstance(path, str | os.PathLike):  # as xr.open_dataset records it

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 import shardwise.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
 from shardwise.layout import check_write_geometry
@@ -593,10 +594,9 @@ def _create(
 def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[Any] | None:
     """The rectilinear grid after an append (the appended dask chunks become shards),
     checked; None for a regular grid, which only grows."""
-    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
 
     grid = getattr(arr.metadata, "chunk_grid", None)
-    if append_dim is None or not isinstance(grid, RectilinearChunkGridMetadata):
+    if append_dim is None or not isinstance(grid, _compat.RectilinearChunkGridMetadata):
         return None
     axis = int(append_dim) % arr.ndim
     dims = [f"axis {i}" for i in range(x.ndim)]

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from xarray.backends import BackendArray, BackendEntrypoint
-from xarray.backends.common import AbstractDataStore
+from xarray.backends import AbstractDataStore, BackendArray, BackendEntrypoint
+
+import shardwise._compat as _compat
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,20 +50,18 @@ class ShardwiseBackendArray(BackendArray):
         self.dtype = reader.dtype
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        from xarray.core import indexing
 
-        return indexing.explicit_indexing_adapter(
-            key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read
+        return _compat.indexing.explicit_indexing_adapter(
+            key, self.shape, _compat.indexing.IndexingSupport.OUTER, self.reader.read
         )
 
     async def async_getitem(self, key: Any) -> np.ndarray:
         """``Dataset.load_async`` and ``Variable.load_async``: the read's requests go out
         on the caller's event loop (coalesced, index cache shared), its decoding in one
         worker thread."""
-        from xarray.core import indexing
 
-        result: np.ndarray = await indexing.async_explicit_indexing_adapter(
-            key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read_async
+        result: np.ndarray = await _compat.indexing.async_explicit_indexing_adapter(
+            key, self.shape, _compat.indexing.IndexingSupport.OUTER, self.reader.read_async
         )
         return result
 
@@ -78,8 +77,6 @@ class _ShardwiseDataStore(AbstractDataStore):
 
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
-        from xarray.core import indexing
-        from xarray.core.utils import FrozenDict
 
         from shardwise.metadata import ArrayInfo
         from shardwise.reader import ArrayReader
@@ -95,9 +92,9 @@ class _ShardwiseDataStore(AbstractDataStore):
             self.readers[name] = reader
             encoding = dict(var.encoding)
             encoding["preferred_chunks"] = dict(zip(var.dims, _preferred_chunks(info), strict=True))
-            data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
+            data = _compat.indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
             variables[name] = Variable(var.dims, data, var.attrs, encoding)
-        return FrozenDict(variables)
+        return _compat.FrozenDict(variables)
 
     def get_attrs(self) -> dict[str, Any]:
         return self._zarr_store.get_attrs()
@@ -124,8 +121,6 @@ class _DraftDataStore(AbstractDataStore):
 
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
-        from xarray.core import indexing
-        from xarray.core.utils import FrozenDict
 
         from shardwise.reader import ArrayReader
 
@@ -147,14 +142,13 @@ class _DraftDataStore(AbstractDataStore):
                 "preferred_chunks": dict(zip(dims, shards, strict=True)),
                 "shards": shards if info.inner_chunk_shape else None,
             }
-            data = indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
+            data = _compat.indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
             variables[name] = Variable(dims, data, attrs, encoding)
-        return FrozenDict(variables)
+        return _compat.FrozenDict(variables)
 
     def get_attrs(self) -> Mapping[str, Any]:
-        from xarray.core.utils import FrozenDict
 
-        return FrozenDict(self._draft.group_attributes(self._group))
+        return _compat.FrozenDict(self._draft.group_attributes(self._group))
 
     def get_dimensions(self) -> Mapping[str, int]:
         raise NotImplementedError  # xarray finds the dimensions from the variables
@@ -220,7 +214,7 @@ def _read_options(read_options: Any) -> ReadOptions:
 def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **kwargs: Any) -> Any:
     """xarray's ``ZarrStore.open_group`` (or ``open_store`` for all groups), with zarr's
     "nothing here" error turned into shardwise's."""
-    from xarray.backends.zarr import ZarrStore
+    from xarray.backends import ZarrStore
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.metadata import metadata_key
@@ -334,8 +328,7 @@ def open_backend_dataset(
     reader of each variable shardwise reads (by variable name). ``store``: an xarray
     ``ZarrStore`` opened already (as ``engine="zarr"`` takes it), used instead of
     opening ``filename_or_obj``."""
-    from xarray.backends.store import StoreBackendEntrypoint
-    from xarray.core.utils import close_on_error
+    from xarray.backends import StoreBackendEntrypoint
 
     options = _read_options(read_options)
     if store is not None:
@@ -360,7 +353,7 @@ def open_backend_dataset(
     )
     with (
         _naming_bad_metadata(filename_or_obj, group, storage_options, depth=1),
-        close_on_error(data_store),
+        _compat.close_on_error(data_store),
     ):
         ds = StoreBackendEntrypoint().open_dataset(data_store, **decode)
     return ds, data_store.readers
@@ -466,9 +459,8 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> DataTree:
-        from xarray.backends.common import datatree_from_dict_with_io_cleanup
 
-        return datatree_from_dict_with_io_cleanup(
+        return _compat.datatree_from_dict_with_io_cleanup(
             self.open_groups_as_dict(
                 filename_or_obj,
                 mask_and_scale=mask_and_scale,
@@ -505,11 +497,9 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         read_options: ReadOptions | Mapping[str, Any] | None = None,
     ) -> dict[str, Dataset]:
-        from xarray.backends.store import StoreBackendEntrypoint
-        from xarray.core.treenode import NodePath
-        from xarray.core.utils import close_on_error
+        from xarray.backends import StoreBackendEntrypoint
 
-        parent = str(NodePath("/") / NodePath(group)) if group else "/"
+        parent = str(_compat.NodePath("/") / _compat.NodePath(group)) if group else "/"
         options = _read_options(read_options)
         out: dict[str, Dataset] = {}
         zarr_stores, draft = _zarr_or_draft(
@@ -525,7 +515,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         )
         if draft is not None:
             zarr_stores = {
-                str(NodePath("/") / NodePath(g)) if g else "/": g
+                str(_compat.NodePath("/") / _compat.NodePath(g)) if g else "/": g
                 for g in _draft_groups(draft, group or "")
             }
         with _naming_bad_metadata(filename_or_obj, group, storage_options, depth=None):
@@ -535,7 +525,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                     if draft is None
                     else _DraftDataStore(draft, zarr_store, options)
                 )
-                with close_on_error(store):
+                with _compat.close_on_error(store):
                     ds = StoreBackendEntrypoint().open_dataset(
                         store,
                         mask_and_scale=mask_and_scale,
@@ -546,6 +536,10 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                         use_cftime=use_cftime,
                         decode_timedelta=decode_timedelta,
                     )
-                name = str(NodePath(path).relative_to(parent)) if group else str(NodePath(path))
+                name = (
+                    str(_compat.NodePath(path).relative_to(parent))
+                    if group
+                    else str(_compat.NodePath(path))
+                )
                 out[name] = ds
         return out

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+import shardwise._compat as _compat
 from shardwise.errors import CorruptShardError, ShardwiseError, TooLargeError, TruncatedShardError
 from shardwise.index import EMPTY, IndexFormat, check_entries
 from shardwise.layout import INT64_MAX, check_chunks_per_shard
@@ -207,7 +208,7 @@ async def _probe_one(
 ) -> tuple[Sizes | None, int]:
     """(stored bytes per inner chunk, -1 where absent; requests made) of one stored
     shard; None when it disappeared since the listing."""
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     from shardwise.reader import read_index_region
 
@@ -281,10 +282,9 @@ def _probe_batch(
     concurrency: int,
 ) -> list[tuple[Sizes | None, int]]:
     """One batch of shards, in this process (the body of a dask task)."""
-    from zarr.core.sync import sync
 
     store, info = target
-    result: list[tuple[Sizes | None, int]] = sync(_probe(store, info, items, concurrency))
+    result: list[tuple[Sizes | None, int]] = _compat.sync(_probe(store, info, items, concurrency))
     return result
 
 
@@ -521,9 +521,8 @@ def inventories(
 
 def _found(src: Source, info: ArrayInfo) -> Stored:
     """The stored shards of an array: one listing."""
-    from zarr.core.sync import sync
 
-    keys, sizes = sync(_listing(src.store, info.data_prefix))
+    keys, sizes = _compat.sync(_listing(src.store, info.data_prefix))
     return stored(info, keys, sizes)
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+import shardwise._compat as _compat
 from shardwise.errors import (
     ChecksumError,
     CorruptShardError,
@@ -153,13 +154,12 @@ class _ChunkCodec:
         """zarr-python's codec pipeline for the chain (or the first ``codecs`` of it),
         the chunk's ArraySpec and the buffer prototype: the fallback for chains the fast
         paths do not cover."""
-        from zarr.core.array_spec import ArrayConfig, ArraySpec
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.buffer import default_buffer_prototype
         from zarr.registry import get_pipeline_class
 
         prototype = default_buffer_prototype()
-        spec = ArraySpec(
-            self.shape, self.zdtype, self.fill_value, ArrayConfig.from_dict({}), prototype
+        spec = _compat.ArraySpec(
+            self.shape, self.zdtype, self.fill_value, _compat.ArrayConfig.from_dict({}), prototype
         )
         chain = self.codecs if codecs is None else codecs
         return get_pipeline_class().from_codecs(chain), spec, prototype
@@ -400,14 +400,13 @@ class ChunkDecoder(_ChunkCodec):
         after the bounded decoding of the chain's end (:meth:`_plan_tail`). The result's
         shape and data type are checked; the memory the codecs zarr-python decodes take
         while decoding is zarr-python's and numcodecs' own."""
-        from zarr.core.sync import sync
 
         value: Any = data
         for step in self._tail:
             value = step(value, ctx)
         pipeline, spec, prototype = self._zarr_pipeline(self._head)
         buf = prototype.buffer.from_bytes(bytes(memoryview(value).cast("B")))
-        (out,) = sync(pipeline.decode([(buf, spec)]))
+        (out,) = _compat.sync(pipeline.decode([(buf, spec)]))
         if out is None:
             return self.fill_array()
         arr = np.asarray(out.as_numpy_array())
@@ -1199,11 +1198,10 @@ class ChunkEncoder(_ChunkCodec):
         return n
 
     def _zarr_encode(self, arr: npt.NDArray[Any]) -> bytes:
-        from zarr.core.sync import sync
 
         pipeline, spec, prototype = self._zarr_pipeline()
         nd = prototype.nd_buffer.from_numpy_array(np.ascontiguousarray(arr, dtype=self.dtype))
-        (out,) = sync(pipeline.encode([(nd, spec)]))
+        (out,) = _compat.sync(pipeline.encode([(nd, spec)]))
         if out is None:  # pragma: no cover - zarr encodes every chunk it is given
             raise ValueError("zarr-python encoded nothing")
         return bytes(out.to_bytes())

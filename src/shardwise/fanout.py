@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
 from shardwise.storage import SUPPLIED
@@ -340,10 +341,9 @@ def fanout_array(
     CF-decoded xarray wrapper) with the fan-out graph described in the module docstring.
     ``chunks`` must hold whole inner chunks (see :func:`block_sizes`)."""
     import dask.array as da
-    from dask._task_spec import Task, TaskRef
-    from dask.array.core import getter
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import Task, TaskRef
 
     layout = reader.info.layout
     sharded = layout.sharded
@@ -413,11 +413,11 @@ def fanout_array(
             # a shard only this task reads needs no index task: the task reads it itself,
             # the whole object in one request when it wants most of it
             if not sharded or not any(mine[d][i] for d, i in enumerate(block)):
-                read_layer[key] = Task(key, getter, TaskRef(original), region)
+                read_layer[key] = Task(key, _compat.getter, TaskRef(original), region)
                 continue
             shared = shared_shards(block)
             if not shared:
-                read_layer[key] = Task(key, getter, TaskRef(original), region)
+                read_layer[key] = Task(key, _compat.getter, TaskRef(original), region)
                 continue
             refs = []
             for shard in shared:
@@ -434,7 +434,7 @@ def fanout_array(
                 [shard_keys[s] for s in shared],
                 *refs,
             )
-            read_layer[key] = Task(key, getter, src, region)
+            read_layer[key] = Task(key, _compat.getter, src, region)
 
     layers: dict[str, Any] = {original: {original: source}, read_name: read_layer}
     deps: dict[str, set[str]] = {original: set(), read_name: {original}}

@@ -25,6 +25,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import shardwise._compat as _compat
 from shardwise.errors import ShardwiseError
 from shardwise.index import EMPTY
 
@@ -89,7 +90,6 @@ def verify(
     ``store`` (a path, URL or zarr ``Store``); see the module docstring. Never raises for
     bad data: everything found is in the returned :class:`VerifyReport`, a ``zarr.json``
     that cannot be read included (its arrays' shards are then not checked)."""
-    from zarr.core.sync import sync
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.legacy import is_draft_root
@@ -104,7 +104,7 @@ def verify(
     if where is not None:
         base = "/".join(p for p in (where.path.strip("/"), base) if p)
     report = VerifyReport()
-    docs = {} if where is None else sync(_documents(where.store, base))
+    docs = {} if where is None else _compat.sync(_documents(where.store, base))
     root = metadata_key(where.path.strip("/")) if where is not None else None
     if root is not None and (
         is_draft_root(docs.get(root)) or (metadata_key(base) not in docs and root not in docs)
@@ -115,7 +115,7 @@ def verify(
             return report
     if where is None or metadata_key(base) not in docs:
         v2 = where is not None and any(
-            sync(where.store.exists(f"{base}/{name}" if base else name))
+            _compat.sync(where.store.exists(f"{base}/{name}" if base else name))
             for name in (".zgroup", ".zarray")
         )
         raise NotAZarrStoreError(
@@ -131,7 +131,7 @@ def verify(
     for key, raw in sorted(docs.items()):
         array = _array_of(where.store, key, raw, report)
         if array is not None:
-            sync(_verify_array(array, report, decode))
+            _compat.sync(_verify_array(array, report, decode))
     return report
 
 
@@ -147,7 +147,6 @@ def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
 def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) -> None:
     """A store of the 2022 sharding draft: the same checks on every array under
     ``group``, except that draft indexes and chunks have no checksums to check."""
-    from zarr.core.sync import sync
 
     from shardwise.reader import ArrayReader
 
@@ -166,12 +165,12 @@ def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) ->
                 report.problems.append(Problem(path, key, None, type(e).__name__, str(e)))
                 continue
             report.arrays.append(path)
-            sync(_verify_array(reader, report, decode))
+            _compat.sync(_verify_array(reader, report, decode))
 
 
 async def _documents(store: Any, base: str) -> dict[str, bytes]:
     """Every ``zarr.json`` under ``base``, by key."""
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     under = f"{base}/" if base else ""
     keys = [
@@ -255,7 +254,7 @@ async def _fetch(
 ) -> tuple[Any, int | None, int, int]:
     """(bytes: the object or its index, the object's size, requests, bytes read)."""
     from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     store = reader.store
     proto = default_buffer_prototype()

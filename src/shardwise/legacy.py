@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.metadata import ArrayInfo
 from shardwise.names import node_name, node_path
@@ -235,10 +236,9 @@ class DraftStore:
         return draft if is_draft_root(draft.get("zarr.json")) else None
 
     def get(self, key: str) -> bytes | None:
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
+        from zarr.buffer import default_buffer_prototype
 
-        buf = sync(self.store.get(self.prefix + key, prototype=default_buffer_prototype()))
+        buf = _compat.sync(self.store.get(self.prefix + key, prototype=default_buffer_prototype()))
         return None if buf is None else buf.to_bytes()
 
     def _listing(self, group: str) -> list[str]:
@@ -247,14 +247,13 @@ class DraftStore:
         breaks the node-name rules (a document ``...array.json`` names an array ``..``)
         raises :class:`~shardwise.errors.UnsafeNameError` naming it and its document,
         whatever is asked of the listing."""
-        from zarr.core.sync import sync
 
         where = self._folder(node_path(group))
 
         async def names() -> list[str]:
             return [name async for name in self.store.list_dir(where)]
 
-        found = sorted(sync(names()))
+        found = sorted(_compat.sync(names()))
         for n in found:
             name = n.rstrip("/")
             for suffix in (".array.json", ".group.json"):

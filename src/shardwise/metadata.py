@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 from shardwise.errors import ShardwiseError, UnsupportedArrayError, UnsupportedCodecError
 from shardwise.layout import ShardLayout
 from shardwise.names import node_path
@@ -59,7 +60,6 @@ def metadata_error(
     children's; None: all). ``need_dims``: xarray also needs a name for each dimension.
     Only called once opening has failed, so a good store never pays for the listing.
     """
-    from zarr.core.sync import sync
 
     if isinstance(error, ShardwiseError):
         return error
@@ -67,7 +67,7 @@ def metadata_error(
         where = read_only_store_path(store, storage_options)
         full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
         # (in a list: zarr's sync raises an exception a coroutine returns)
-        (found,) = sync(_first_bad_document(where.store, full, depth, need_dims))
+        (found,) = _compat.sync(_first_bad_document(where.store, full, depth, need_dims))
     except Exception:  # looking for the culprit must not hide the error itself
         return error
     return error if found is None else found
@@ -76,7 +76,7 @@ def metadata_error(
 async def _first_bad_document(
     store: Any, prefix: str, depth: int | None, need_dims: bool
 ) -> list[ShardwiseError | None]:
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     keys = [metadata_key(prefix)]
     if depth is None or depth > 0:
@@ -115,8 +115,6 @@ def parse_document(raw: bytes, key: str) -> Any:
     :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown codec)
     naming the node and ``key``, with zarr-python's own message; a ``key`` whose node
     path breaks the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`."""
-    from zarr.core.group import GroupMetadata
-    from zarr.core.metadata import ArrayV3Metadata
     from zarr.errors import UnknownCodecError
 
     from shardwise.rectilinear import enabled
@@ -139,9 +137,9 @@ def parse_document(raw: bytes, key: str) -> Any:
         raise bad(f"node_type {node!r} (expected 'array' or 'group')")
     try:
         if node == "group":
-            return GroupMetadata.from_dict(doc)
+            return _compat.GroupMetadata.from_dict(doc)
         with enabled():  # zarr-python reads rectilinear grids only with its flag on
-            return ArrayV3Metadata.from_dict(doc)
+            return _compat.ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
         raise UnsupportedCodecError(
             "the array's metadata names a codec zarr-python does not know",
@@ -162,10 +160,9 @@ def read_document(raw: bytes, key: str, *, need_dims: bool = False) -> ArrayInfo
     raises :class:`UnsupportedArrayError` (:class:`UnsupportedCodecError` for an unknown
     codec) naming the array and ``key``, with zarr-python's own message (see
     :func:`parse_document`)."""
-    from zarr.core.metadata import ArrayV3Metadata
 
     metadata = parse_document(raw, key)
-    if not isinstance(metadata, ArrayV3Metadata):
+    if not isinstance(metadata, _compat.ArrayV3Metadata):
         return None
     path = key.removesuffix("zarr.json").removesuffix("/")
 
@@ -203,12 +200,10 @@ class ArrayInfo:
 
     @classmethod
     def from_metadata(cls, metadata: Any, path: str = "") -> ArrayInfo:
-        from zarr.core.metadata import ArrayV3Metadata
-        from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
         path = node_path(path.strip("/"), document=metadata_key(path))
         name = path or "/"
-        if not isinstance(metadata, ArrayV3Metadata):
+        if not isinstance(metadata, _compat.ArrayV3Metadata):
             raise UnsupportedArrayError(
                 "not a Zarr v3 array",
                 expected="zarr_format 3",
@@ -238,9 +233,9 @@ class ArrayInfo:
             )
         grid = metadata.chunk_grid
         shards: list[int | tuple[int, ...]]
-        if isinstance(grid, RegularChunkGridMetadata):
+        if isinstance(grid, _compat.RegularChunkGridMetadata):
             shards = list(grid.chunk_shape)
-        elif isinstance(grid, RectilinearChunkGridMetadata):
+        elif isinstance(grid, _compat.RectilinearChunkGridMetadata):
             shards = list(grid.chunk_shapes)
         else:
             raise UnsupportedArrayError(

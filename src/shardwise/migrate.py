@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import shardwise._compat as _compat
 from shardwise.errors import (
     NotAZarrStoreError,
     ShardwiseError,
@@ -65,7 +66,6 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
     """The final-spec metadata of a draft array (index codecs with crc32c, dimension
     names, ``_FillValue`` for xarray as zarr-python 2 meant it) and the codec its chunks
     are re-encoded with, if any."""
-    from xarray.backends.zarr import FillValueCoder
     from zarr.codecs import BytesCodec, Crc32cCodec
 
     metadata = info.metadata
@@ -73,7 +73,7 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
     if not isinstance(dims, list) or len(dims) != info.ndim:
         dims = [f"dim_{i}" for i in range(info.ndim)]
-    attributes["_FillValue"] = FillValueCoder.encode(info.fill_value, info.dtype)
+    attributes["_FillValue"] = _compat.FillValueCoder.encode(info.fill_value, info.dtype)
 
     sharding = metadata.sharding_codec
     if sharding is not None:
@@ -93,7 +93,6 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
 
 def _kind_of(store: Any, storage_options: Any) -> str:
     """What is at ``store`` when it is not a draft store."""
-    from zarr.core.sync import sync
 
     try:
         where = read_only_store_path(store, storage_options)
@@ -101,7 +100,7 @@ def _kind_of(store: Any, storage_options: Any) -> str:
         return "nothing"
     base = where.path.strip("/")
     for name, kind in (("zarr.json", "Zarr v3"), (".zgroup", "Zarr v2"), (".zarray", "Zarr v2")):
-        if sync(where.store.exists(f"{base}/{name}" if base else name)):
+        if _compat.sync(where.store.exists(f"{base}/{name}" if base else name)):
             return f"{kind} ({name})"
     return "no Zarr metadata"
 
@@ -127,8 +126,7 @@ def migrate(
     ``dask.delayed`` copying the shards."""
     import dask
     import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
     from shardwise.legacy import DraftStore
 
@@ -149,7 +147,7 @@ def migrate(
         check_replaceable(dst, None, dst_storage_options)
     try:
         existing = read_only_store_path(dst, dst_storage_options)
-        exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
+        exists = _compat.sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
     except FileNotFoundError:
         exists = False
     if exists and mode == "w-":
@@ -188,7 +186,7 @@ def migrate(
             target, changed = _target_metadata(info)
             # the documents, made now: what zarr-python cannot write fails before dst;
             # the stored shards, listed (the cost follows them, not the grid)
-            stored = sorted(sync(_listing(draft.store, info.data_prefix)))
+            stored = sorted(_compat.sync(_listing(draft.store, info.data_prefix)))
             shards = [c for c in map(info.coords, stored) if c is not None]
             arrays.append((path, info, target, target.to_buffer_dict(proto), shards))
             if changed:
@@ -213,7 +211,7 @@ def migrate(
         rel = path[len(base) :].strip("/") if base else path
         where = f"{prefix}/{rel}" if prefix else rel
         for key, buf in documents.items():
-            sync(dst_store.set(key_under(prefix, f"{where}/{key}"), buf))
+            _compat.sync(dst_store.set(key_under(prefix, f"{where}/{key}"), buf))
         tasks += [(draft.store, info, dst_store, where, target, shard) for shard in shards]
     report.shards = len(tasks)
     delayed = _graph(tasks)
@@ -228,8 +226,8 @@ async def _listing(store: Any, prefix: str) -> list[str]:
 
 
 def _graph(tasks: list[tuple[Any, ...]]) -> Any:
-    from dask._task_spec import Task
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import Task
 
     from shardwise.writer import wait_for
 
@@ -243,10 +241,9 @@ def _graph(tasks: list[tuple[Any, ...]]) -> Any:
 
 def _new_shard_ok(store: Any, key: str, decoder: Any) -> bool:
     """Whether the destination holds this shard already, with an index that reads."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
-    buf = sync(store.get(key, default_buffer_prototype()))
+    buf = _compat.sync(store.get(key, default_buffer_prototype()))
     if buf is None:
         return False
     try:
@@ -275,8 +272,7 @@ def _migrate_shard(
 def _copy_shard(
     src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
 ) -> None:
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
     from shardwise.codecs import ShardDecoder
     from shardwise.reader import ArrayReader
@@ -290,7 +286,7 @@ def _copy_shard(
     if isinstance(new_decoder, ShardDecoder) and _new_shard_ok(dst_store, new_key, new_decoder):
         return  # done by an earlier run
     old_key = info.key(shard)
-    buf = sync(src_store.get(old_key, proto))
+    buf = _compat.sync(src_store.get(old_key, proto))
     if buf is None:
         return  # deleted since it was listed: stays missing
     old = ArrayReader(src_store, info).decoder(shard)
@@ -299,7 +295,7 @@ def _copy_shard(
         if _recoded(info.codecs, target.codecs):
             blob = _reencode(target.codecs, old.decode(data, key=old_key, chunk=shard))
             buf = proto.buffer.from_bytes(blob)
-        sync(dst_store.set(new_key, buf))
+        _compat.sync(dst_store.set(new_key, buf))
         return
     assert isinstance(new_decoder, ShardDecoder)  # the same geometry as the old one
     view, table = old.parse(data, key=old_key)
@@ -316,7 +312,7 @@ def _copy_shard(
     order = write_order(new_decoder.chunks_per_shard, "C")
     new_shard = build_shard(chunks, new_decoder.index, order, dst_store)
     if new_shard is not None:
-        sync(dst_store.set(new_key, new_shard))
+        _compat.sync(dst_store.set(new_key, new_shard))
 
 
 def _recoded(old: Any, new: Any) -> bool:

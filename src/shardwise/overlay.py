@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import WrapperStore
 
 __all__ = ["OverlayStore"]

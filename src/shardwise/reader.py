@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import shardwise._compat as _compat
 from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
     CorruptShardError,
@@ -270,11 +271,10 @@ class ArrayReader:
 
     # -- execution -----------------------------------------------------------------------
     def _execute(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
-        from zarr.core.sync import sync
 
         fetched = self._fetch_local(plan)
         if fetched is None:
-            fetched = sync(self._fetch_all(plan))
+            fetched = _compat.sync(self._fetch_all(plan))
         self._place(plan, fetched, out)
 
     def _place(self, plan: ReadPlan, fetched: list[Fetched], out: npt.NDArray[Any]) -> None:
@@ -363,9 +363,8 @@ class ArrayReader:
         """The encoded inner chunks a plan touches, per shard read (None for a missing
         shard; per inner chunk its bytes, or None when it is empty), fetched as
         :meth:`read` fetches them: no decoding."""
-        from zarr.core.sync import sync
 
-        return sync(self._fetch_all(plan))
+        return _compat.sync(self._fetch_all(plan))
 
     async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
         sem = asyncio.Semaphore(self.options.concurrency)
@@ -374,7 +373,7 @@ class ArrayReader:
     async def _get(
         self, key: str, sem: asyncio.Semaphore, byte_range: Any = None
     ) -> memoryview | None:
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.buffer import default_buffer_prototype
 
         with _naming(self.info.name, key):
             async with sem:
@@ -575,14 +574,13 @@ class ArrayReader:
         """Read (or take from this process's cache) the decoded index of one shard:
         ``(offset, nbytes)`` pairs over its inner chunks, or ``None`` when the shard does
         not exist. One request when not cached."""
-        from zarr.core.sync import sync
 
         decoder = self.decoder(shard)
         if not isinstance(decoder, ShardDecoder):
             raise ValueError(f"array {self.info.name!r} is not sharded: its chunks have no index")
         key = self.info.key(shard)
         sem = asyncio.Semaphore(1)
-        table: npt.NDArray[np.uint64] | None = sync(self._load_index(key, decoder, sem))
+        table: npt.NDArray[np.uint64] | None = _compat.sync(self._load_index(key, decoder, sem))
         return table
 
     async def _load_index(

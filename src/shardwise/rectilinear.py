@@ -19,6 +19,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import shardwise._compat as _compat
 from shardwise.errors import WriteError
 from shardwise.layout import auto_chunks
 
@@ -117,11 +118,10 @@ def extend(
 def grid_of(edges: Sequence[Edges]) -> Any:
     """zarr-python's metadata of the grid with these dimensions (a regular grid when
     every dimension is one size)."""
-    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
     if all(isinstance(e, int) for e in edges):
-        return RegularChunkGridMetadata(chunk_shape=tuple(int(e) for e in edges))  # type: ignore[arg-type]
-    return RectilinearChunkGridMetadata(
+        return _compat.RegularChunkGridMetadata(chunk_shape=tuple(int(e) for e in edges))  # type: ignore[arg-type]
+    return _compat.RectilinearChunkGridMetadata(
         chunk_shapes=tuple(int(e) if isinstance(e, int) else tuple(map(int, e)) for e in edges)
     )
 
@@ -132,10 +132,9 @@ def appended(
     """The grid of a Zarr v3 array (``metadata``; regular or rectilinear) once dask
     chunks of sizes ``blocks`` are appended along ``axis``, each a shard of its own
     (:func:`extend`), checked against the inner chunks (:func:`check_inner`)."""
-    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata
 
     grid = metadata.chunk_grid
-    if isinstance(grid, RectilinearChunkGridMetadata):
+    if isinstance(grid, _compat.RectilinearChunkGridMetadata):
         old = tuple(grid.chunk_shapes)
     else:
         old = tuple(grid.chunk_shape)
@@ -158,15 +157,14 @@ def write_grid(target: Any, edges: Sequence[Edges], shape: Sequence[int] | None 
     from dataclasses import replace
 
     import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
     metadata = replace(target.metadata, chunk_grid=grid_of(edges))
     if shape is not None:
         metadata = replace(metadata, shape=tuple(shape))
     path = target.store_path.path
     for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
-        sync(target.store_path.store.set(f"{path}/{key}" if path else key, buf))
+        _compat.sync(target.store_path.store.set(f"{path}/{key}" if path else key, buf))
     return zarr.Array(
         zarr.AsyncArray(
             metadata=metadata, store_path=target.store_path, config=target.async_array.config

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import shardwise._compat as _compat
 from shardwise.errors import ShardwiseError, StoreExistsError, WriteError, naming_io_errors
 from shardwise.layout import check_write_geometry
 from shardwise.metadata import ArrayInfo
@@ -196,7 +197,6 @@ def _same_chain(a: Sequence[Any], b: Sequence[Any]) -> bool:
 
 def _attributes(kind: str, info: ArrayInfo) -> tuple[dict[str, Any], list[str]]:
     """The target's attributes and dimension names, as xarray showed the source."""
-    from xarray.backends.zarr import FillValueCoder
 
     attributes = dict(info.attributes)
     if kind == KINDS[0]:
@@ -204,7 +204,7 @@ def _attributes(kind: str, info: ArrayInfo) -> tuple[dict[str, Any], list[str]]:
     attributes.pop("_ARRAY_DIMENSIONS", None)
     fill = info.v2_fill_value if isinstance(info, V2ArrayInfo) else info.fill_value
     if fill is not None and "_FillValue" not in attributes:
-        attributes["_FillValue"] = FillValueCoder.encode(fill, info.dtype)
+        attributes["_FillValue"] = _compat.FillValueCoder.encode(fill, info.dtype)
     return attributes, _names(info)
 
 
@@ -219,7 +219,6 @@ def _plan_array(
 ) -> tuple[Any, bool]:
     """The target's zarr-python metadata, and whether its chunks can be repacked."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-    from zarr.core.metadata import ArrayV3Metadata
 
     from shardwise.layout import auto_chunks, auto_shards
     from shardwise.rectilinear import enabled
@@ -285,7 +284,7 @@ def _plan_array(
         storage_transformers=[],
     )
     with enabled():
-        metadata = ArrayV3Metadata.from_dict(doc)
+        metadata = _compat.ArrayV3Metadata.from_dict(doc)
     outer_sizes = grid["configuration"].get("chunk_shape") or _outer(info)
     check_write_geometry(outer_sizes, inner, itemsize, array=rel or "/")
     src_chain = info.codecs if info.sharding is None else info.sharding.codecs
@@ -380,8 +379,7 @@ def _prepare(
     """Plan every array (and refuse what cannot be done) before writing; then write the
     groups and array metadata. Returns each array's plan and target shards to fill."""
     import zarr
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
     from shardwise.rectilinear import enabled
@@ -416,7 +414,7 @@ def _prepare(
     # the destination
     try:
         existing = read_only_store_path(dst, target_options)
-        exists = sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
+        exists = _compat.sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
     except FileNotFoundError:
         exists = False
     if exists and mode == "w-" and not resume:
@@ -456,9 +454,9 @@ def _prepare(
                 continue
             with enabled():
                 for key, buf in metadata.to_buffer_dict(proto).items():
-                    sync(store.set(key_under(prefix, f"{where}/{key}"), buf))
+                    _compat.sync(store.set(key_under(prefix, f"{where}/{key}"), buf))
         for rel, copy in copies.items():
-            if not (resume and sync(store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
+            if not (resume and _compat.sync(store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
                 _copy_whole(source, rel, root, copy, dry=dry)
 
     # a dry run into memory first: what zarr-python refuses (a fill value it cannot
@@ -538,10 +536,8 @@ def _copy_plan(source: Any, rel: str) -> dict[str, Any]:
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
     fill = arr.metadata.fill_value
     if arr.metadata.zarr_format == 2 and fill is not None and "_FillValue" not in attributes:
-        from xarray.backends.zarr import FillValueCoder
-
         try:
-            attributes["_FillValue"] = FillValueCoder.encode(fill, arr.dtype)
+            attributes["_FillValue"] = _compat.FillValueCoder.encode(fill, arr.dtype)
         except ValueError as e:
             raise WriteError(
                 "the array's fill value cannot be written as xarray's _FillValue",
@@ -581,13 +577,12 @@ def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
     """A destination to resume must hold this array with the metadata this run writes."""
     import json
 
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
     from shardwise.rectilinear import enabled
 
     key = f"{where}/zarr.json"
-    buf = sync(store.get(key, default_buffer_prototype()))
+    buf = _compat.sync(store.get(key, default_buffer_prototype()))
     with enabled():
         want = json.loads(
             metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
@@ -611,14 +606,13 @@ def _target_shards(
     """The target shards that hold source data, each with the source objects (shards,
     or chunks of an unsharded source) it takes data from: the source's objects are
     listed, so absent source chunks and shards cost no request and no task."""
-    from zarr.core.sync import sync
 
     async def listing() -> list[str]:
         return [k async for k in store.list_prefix(src.data_prefix)]
 
     found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     src_dims, dst_dims = src.layout.dims, dst.layout.dims
-    for key in sync(listing()):
+    for key in _compat.sync(listing()):
         coords = src.coords(key)
         if coords is None:
             continue
@@ -640,8 +634,8 @@ def _product(ranges: list[range]) -> list[tuple[int, ...]]:
 
 # -- the graph ---------------------------------------------------------------------------
 def _graph(plans: list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]]) -> Any:
-    from dask._task_spec import DataNode, Task, TaskRef
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import DataNode, Task, TaskRef
 
     from shardwise.writer import wait_for
 
@@ -782,7 +776,6 @@ def _put(
 ) -> int:
     """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
     deletes a stale one); returns the bytes written."""
-    from zarr.core.sync import sync
 
     from shardwise.codecs import ShardDecoder
     from shardwise.shard import build_shard, write_order
@@ -793,8 +786,8 @@ def _put(
     order = write_order(decoder.chunks_per_shard, target.order)
     buf = build_shard(chunks, decoder.index, order, plan.dst_store)
     if buf is None:
-        if plan.resume and sync(plan.dst_store.exists(key)):
-            sync(plan.dst_store.delete(key))
+        if plan.resume and _compat.sync(plan.dst_store.exists(key)):
+            _compat.sync(plan.dst_store.delete(key))
         return 0
-    sync(plan.dst_store.set(key, buf))
+    _compat.sync(plan.dst_store.set(key, buf))
     return len(buf)

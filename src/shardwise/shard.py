@@ -169,7 +169,7 @@ class ShardBuilder:
         """The shard as a zarr-python ``Buffer`` for ``store.set`` (None when no chunk was
         added: an empty shard is not stored). Where the store copies the bytes out, the
         buffer is the builder's memory, valid until the thread builds its next shard."""
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.buffer import default_buffer_prototype
 
         try:
             if not self.count:

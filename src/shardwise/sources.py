@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import shardwise._compat as _compat
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, parse_document
 from shardwise.names import node_name, node_path
@@ -132,8 +133,7 @@ def _root_problem(
     """The error naming the document of the group at ``base`` that zarr-python failed
     to read with ``error`` (its ``zarr.json``, or its Zarr v2 ``.zgroup`` or
     ``.zattrs``), or ``error`` itself when every document reads."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
 
     named = metadata_error(store, base, error, storage_options=storage_options)
     if named is not error:
@@ -142,7 +142,7 @@ def _root_problem(
         where = read_only_store_path(store, storage_options)
         full = _join(where.path, base)
         docs = [
-            sync(where.store.get(_join(full, n), prototype=default_buffer_prototype()))
+            _compat.sync(where.store.get(_join(full, n), prototype=default_buffer_prototype()))
             for n in (".zarray", ".zgroup", ".zattrs")
         ]
         parse_documents(full, *(None if d is None else d.to_bytes() for d in docs))
@@ -163,9 +163,8 @@ _DOCUMENTS = {3: ("zarr.json",), 2: (".zattrs", ".zgroup", ".zarray", ".zmetadat
 def _walk(src: Source, fmt: int) -> None:
     """List the hierarchy below ``src.base`` into ``src``, one level at a time (the
     listings of a level, then the documents of their children, concurrently)."""
-    from zarr.core.sync import sync
 
-    sync(_walk_async(src, fmt))
+    _compat.sync(_walk_async(src, fmt))
 
 
 async def _walk_async(src: Source, fmt: int) -> None:
@@ -221,8 +220,7 @@ async def _node(store: Any, full: str, fmt: int, limit: Any) -> _Node | None:
     Zarr node (a stray object)."""
     import asyncio
 
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.group import GroupMetadata
+    from zarr.buffer import default_buffer_prototype
 
     proto = default_buffer_prototype()
 
@@ -245,7 +243,7 @@ async def _node(store: Any, full: str, fmt: int, limit: Any) -> _Node | None:
         return ("damaged", e)
     if metadata is None:
         return None
-    if isinstance(metadata, GroupMetadata):
+    if isinstance(metadata, _compat.GroupMetadata):
         return ("group", dict(metadata.attributes))
     try:
         if fmt == 2:

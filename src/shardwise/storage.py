@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+import shardwise._compat as _compat
+
 __all__ = [
     "ABSENT",
     "SUPPLIED",
@@ -209,10 +211,8 @@ def read_only_store_path(store: Any, storage_options: dict[str, Any] | None = No
     """zarr-python's ``StorePath`` (a ``Store`` and a path in it) for ``store``, a path,
     URL or ``Store``, opened read-only as ``zarr.open`` would. ``FileNotFoundError`` when
     a local path does not exist."""
-    from zarr.core.sync import sync
-    from zarr.storage._common import make_store_path  # zarr's own, not public
 
-    return sync(make_store_path(store, mode="r", storage_options=storage_options))
+    return _compat.sync(_compat.make_store_path(store, mode="r", storage_options=storage_options))
 
 
 def store_token(store: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.metadata import ArrayInfo
 from shardwise.names import node_path
@@ -104,8 +105,6 @@ def parse_documents(
     documents' bytes (None where absent), or None when it has neither. A document
     that cannot be read raises :class:`UnsupportedArrayError` naming the node and that
     document, with zarr-python's own message."""
-    from zarr.core.group import GroupMetadata
-    from zarr.core.metadata import ArrayV2Metadata
 
     def load(raw: bytes, name: str) -> dict[str, Any]:
         try:
@@ -123,8 +122,8 @@ def parse_documents(
     attributes = {} if zattrs is None else load(zattrs, ".zattrs")
     try:
         if name == ".zarray":
-            return ArrayV2Metadata.from_dict({**doc, "attributes": attributes}, path=path)
-        return GroupMetadata.from_dict({**doc, "attributes": attributes}, path=path)
+            return _compat.ArrayV2Metadata.from_dict({**doc, "attributes": attributes}, path=path)
+        return _compat.GroupMetadata.from_dict({**doc, "attributes": attributes}, path=path)
     except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
         raise _damaged(path, name, f"{type(e).__name__}: {e}") from e
 
@@ -223,7 +222,6 @@ def equivalent_metadata(
     """zarr-python's ``ArrayV3Metadata`` of the Zarr v3 array equivalent to an array of
     an older format (dimension names from ``_ARRAY_DIMENSIONS``); ``bad(found,
     expected)`` makes the error for a document zarr-python cannot map."""
-    from zarr.core.metadata import ArrayV3Metadata
 
     dims = attributes.get("_ARRAY_DIMENSIONS")
     final: dict[str, Any] = {
@@ -244,7 +242,7 @@ def equivalent_metadata(
         # they stand for the older format's own codecs
         warnings.filterwarnings("ignore", message=".*numcodecs.*", category=UserWarning)
         try:
-            return ArrayV3Metadata.from_dict(final)
+            return _compat.ArrayV3Metadata.from_dict(final)
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"{type(e).__name__}: {e}", "a document zarr-python can map") from e
 

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from dask.array.optimization import optimize
 from dask.delayed import Delayed
 
+import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.errors import naming_io_errors
@@ -504,33 +504,31 @@ class _Target:
             self._put(key, buffer, existed=existed)
 
     def _put(self, key: str, buffer: Any, *, existed: bool | None) -> None:
-        from zarr.core.sync import sync
 
         store = self.store
         direct = _sync_methods(store)
         if buffer is None:
             if self.fresh:
                 return
-            if existed or (existed is None and sync(store.exists(key))):
+            if existed or (existed is None and _compat.sync(store.exists(key))):
                 if direct:
                     store.delete_sync(key)
                 else:
-                    sync(store.delete(key))
+                    _compat.sync(store.delete(key))
             return
         if direct:
             store.set_sync(key, buffer)
         else:
-            sync(store.set(key, buffer))
+            _compat.sync(store.set(key, buffer))
 
     def fetch(self, shard: Shard) -> Any:
         """An existing shard object's bytes (None when there is none)."""
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
+        from zarr.buffer import default_buffer_prototype
 
         key = self.info.key(shard)
         if _sync_methods(self.store):
             return self.store.get_sync(key, prototype=default_buffer_prototype())
-        return sync(self.store.get(key, default_buffer_prototype()))
+        return _compat.sync(self.store.get(key, default_buffer_prototype()))
 
 
 def _sync_methods(store: Any) -> bool:
@@ -698,7 +696,7 @@ def _done_tree(name: str, keys: Sequence[Any], combine: Any = _done) -> tuple[di
     """A layer of tasks that wait for ``keys``, at most :data:`FAN_IN` each, in a tree;
     returns the layer and its root key. Each task calls ``combine`` on the results it
     waits for (by default it drops them)."""
-    from dask._task_spec import Task, TaskRef
+    from dask.task_spec import Task, TaskRef
 
     layer: dict[Any, Any] = {}
     level = 0
@@ -717,12 +715,11 @@ def _done_tree(name: str, keys: Sequence[Any], combine: Any = _done) -> tuple[di
 def fuse_blockwise(graph: Any, name: str) -> Any:
     """``graph`` (a HighLevelGraph) with the blockwise layers below layer ``name`` fused
     into it, as dask's array optimizer would (a Delayed's optimizer does not)."""
-    from dask.blockwise import optimize_blockwise
     from dask.highlevelgraph import HighLevelGraph
 
     if not isinstance(graph, HighLevelGraph):
         graph = HighLevelGraph.from_collections(name, graph, dependencies=())
-    return optimize_blockwise(graph, keys=[name])
+    return _compat.optimize_blockwise(graph, keys=[name])
 
 
 class WriteDelayed(Delayed):
@@ -736,7 +733,6 @@ class WriteDelayed(Delayed):
 
     @staticmethod
     def __dask_optimize__(dsk: Any, keys: Any, **kwargs: Any) -> Any:
-        from dask.blockwise import optimize_blockwise
         from dask.core import flatten
         from dask.highlevelgraph import HighLevelGraph
 
@@ -746,8 +742,8 @@ class WriteDelayed(Delayed):
             # low-level fusion would drop the layers, and with them the annotations
             # (the workers a split write's parts go to): fuse blockwise layers only
             wanted = list(flatten(keys))
-            return optimize_blockwise(dsk, keys=wanted).cull(set(wanted))
-        return optimize(dsk, keys, **kwargs)
+            return _compat.optimize_blockwise(dsk, keys=wanted).cull(set(wanted))
+        return _compat.optimize(dsk, keys, **kwargs)
 
 
 def wait_for(name: str, graph: Any, keys: Sequence[Any], *, combine: Any = _done) -> Any:
@@ -873,9 +869,9 @@ def _split_source(source: Any, cut: tuple[tuple[int, ...], ...]) -> Any:
     import operator
 
     import dask.array as da
-    from dask._task_spec import Task, TaskRef
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import Task, TaskRef
 
     name = f"shardwise-part-{tokenize(source.name, cut)}"
     per_dim = []
@@ -951,7 +947,7 @@ def _batch_layer(
     name: str, source: Any, groups: tuple[tuple[int, ...], ...], plan: WritePlan, target: str
 ) -> dict[Any, Any]:
     """The encode layer of a batched write: a task per group of blocks of ``source``."""
-    from dask._task_spec import Task, TaskRef
+    from dask.task_spec import Task, TaskRef
 
     layer: dict[Any, Any] = {}
     with paused_gc():
@@ -1011,11 +1007,10 @@ def store_dask_array(
     ``encode_split`` splits the encoding of each shard into about that many tasks,
     where few shards would leave threads idle (:func:`encode_split_chunks`); ``None``
     takes dask config ``shardwise.encode-split`` (default ``"auto"``)."""
-    from dask._task_spec import DataNode, Task, TaskRef
     from dask.base import tokenize
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
-    from dask.layers import ArraySliceDep
+    from dask.task_spec import DataNode, Task, TaskRef
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
@@ -1074,7 +1069,7 @@ def store_dask_array(
     if groups is None:  # a task per block, fused with the source's blockwise layers
         encoded = source.map_blocks(
             _encode_block,
-            ArraySliceDep(source.chunks),
+            _compat.ArraySliceDep(source.chunks),
             Delayed(target_key, target_graph),
             name=names["encode"],
             meta=np.empty((0,) * source.ndim, dtype=object),
@@ -1146,8 +1141,8 @@ def finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:
     building."""
     import uuid
 
-    from dask._task_spec import Task, TaskRef
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import Task, TaskRef
 
     from shardwise.writer import WriteDelayed
 

@@ -1,0 +1,163 @@
+"""The one place shardwise uses private APIs of zarr-python, dask and xarray.
+
+Every name here is internal to the library it comes from: not in its documentation, or
+documented only under a private module. ``_WHERE`` says, for each, where it lives, what
+shardwise uses it for, the versions it was checked against and the public API to move to
+once there is one. Checked against zarr 3.4.2, dask 2026.8.0 and xarray 2026.9.0 (the
+floors pyproject declares are zarr 3.2, dask 2025.1, xarray 2025.6). A private API that
+has gained a public home is imported from that home where it is used, not from here
+(``zarr.buffer.default_buffer_prototype``, ``zarr.abc.buffer.Buffer``,
+``dask.task_spec.Task``, ``xarray.backends.ZarrStore``, ...).
+
+Design: this module imports nothing at load, because ``import shardwise`` and the xarray
+entry point must not import zarr or dask. Modules import it at module level
+(``import shardwise._compat as _compat``) and write ``_compat.name`` where they use a
+private API; the first access to a name imports it (PEP 562 module ``__getattr__``) and
+keeps it in this module's namespace, so later accesses are plain attribute lookups. The
+``TYPE_CHECKING`` imports give mypy the same names; keep them in step with ``_WHERE``.
+This module imports nothing from shardwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dask.array.core import getter as getter
+    from dask.array.optimization import optimize as optimize
+    from dask.blockwise import optimize_blockwise as optimize_blockwise
+    from dask.layers import ArraySliceDep as ArraySliceDep
+    from xarray.backends.api import DATAARRAY_NAME as DATAARRAY_NAME
+    from xarray.backends.api import DATAARRAY_VARIABLE as DATAARRAY_VARIABLE
+    from xarray.backends.common import (
+        datatree_from_dict_with_io_cleanup as datatree_from_dict_with_io_cleanup,
+    )
+    from xarray.backends.writers import _validate_dataset_names as validate_dataset_names  # noqa: F401
+    from xarray.backends.writers import dump_to_store as dump_to_store
+    from xarray.backends.writers import get_writable_zarr_store as get_writable_zarr_store
+    from xarray.backends.zarr import FillValueCoder as FillValueCoder
+    from xarray.backends.zarr import _choose_default_mode as choose_default_mode  # noqa: F401
+    from xarray.core import indexing as indexing
+    from xarray.core.treenode import NodePath as NodePath
+    from xarray.core.utils import FrozenDict as FrozenDict
+    from xarray.core.utils import close_on_error as close_on_error
+    from xarray.namedarray.pycompat import is_chunked_array as is_chunked_array
+    from zarr.core.array_spec import ArrayConfig as ArrayConfig
+    from zarr.core.array_spec import ArraySpec as ArraySpec
+    from zarr.core.group import GroupMetadata as GroupMetadata
+    from zarr.core.metadata import ArrayV2Metadata as ArrayV2Metadata
+    from zarr.core.metadata import ArrayV3Metadata as ArrayV3Metadata
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata as RectilinearChunkGridMetadata
+    from zarr.core.metadata.v3 import RegularChunkGridMetadata as RegularChunkGridMetadata
+    from zarr.core.sync import sync as sync
+    from zarr.storage._common import make_store_path as make_store_path
+
+# name: (module, attribute in it)
+_WHERE: dict[str, tuple[str, str]] = {
+    # --- zarr-python: zarr 3.2 (the floor) to 3.4.2 -----------------------------------
+    # Runs a coroutine on zarr's I/O event loop from synchronous code; every store request
+    # shardwise makes outside a task's own loop goes through it. Public: none
+    # (zarr.api.synchronous wraps its calls in it without exporting it).
+    "sync": ("zarr.core.sync", "sync"),
+    # A StorePath from whatever the user passed (path, URL, Store, StorePath, fsspec
+    # mapper) with zarr's own rules for mode and storage_options: behind every opener.
+    # Public: none (zarr.storage.StorePath.open takes a Store only).
+    "make_store_path": ("zarr.storage._common", "make_store_path"),
+    # Parsed Zarr v2 / v3 array metadata (from_dict, to_buffer_dict, dataclass fields),
+    # read and written without opening a zarr.Array. Public: none (zarr.Array.metadata
+    # hands out these classes but they are not exported).
+    "ArrayV2Metadata": ("zarr.core.metadata", "ArrayV2Metadata"),
+    "ArrayV3Metadata": ("zarr.core.metadata", "ArrayV3Metadata"),
+    # The chunk grids of v3 metadata, regular and (since zarr 3.2) rectilinear: read to
+    # find the shard grid, built to write one. Public: none.
+    "RectilinearChunkGridMetadata": ("zarr.core.metadata.v3", "RectilinearChunkGridMetadata"),
+    "RegularChunkGridMetadata": ("zarr.core.metadata.v3", "RegularChunkGridMetadata"),
+    # Group metadata (zarr.json / .zgroup) read and written without opening a zarr.Group.
+    # Public: none.
+    "GroupMetadata": ("zarr.core.group", "GroupMetadata"),
+    # The chunk spec zarr's codec pipeline encodes and decodes with (the codecs zarr-python
+    # runs for shardwise). Public: none (zarr.abc.codec's signatures take it).
+    "ArrayConfig": ("zarr.core.array_spec", "ArrayConfig"),
+    "ArraySpec": ("zarr.core.array_spec", "ArraySpec"),
+    # --- dask: 2025.1 (the floor) to 2026.8.0 ----------------------------------------------
+    # The getter dask.array.from_array puts in its tasks; the fan-out read graph calls it
+    # as from_array would. Public: none (dask.array.from_array builds the whole layer).
+    "getter": ("dask.array.core", "getter"),
+    # dask.array's graph optimization, as the __dask_optimize__ of the write collection.
+    # Public: none for a raw graph (dask.optimize takes collections).
+    "optimize": ("dask.array.optimization", "optimize"),
+    # Fuses the blockwise layers of a HighLevelGraph (the write layer into the data's).
+    # Public: none.
+    "optimize_blockwise": ("dask.blockwise", "optimize_blockwise"),
+    # The block-location argument of a Blockwise layer (what map_blocks' block_info is
+    # built from). Public: none (map_blocks with block_info).
+    "ArraySliceDep": ("dask.layers", "ArraySliceDep"),
+    # --- xarray: 2026.9.0 -----------------------------------------------------------------
+    # explicit_indexing_adapter, async_explicit_indexing_adapter, IndexingSupport,
+    # LazilyIndexedArray, ImplicitToExplicitIndexingAdapter, OuterIndexer: what a backend
+    # array is indexed and wrapped with. Documented for backends (how-to-add-new-backend)
+    # but under xarray.core. Public: none yet.
+    "indexing": ("xarray.core", "indexing"),
+    # The read-only mapping xarray's data stores return for variables and attributes.
+    # Public: none.
+    "FrozenDict": ("xarray.core.utils", "FrozenDict"),
+    # Closes a data store when decoding it raises, as xarray's own backends do.
+    # Public: none.
+    "close_on_error": ("xarray.core.utils", "close_on_error"),
+    # Group paths of a DataTree, normalised and made relative as engine="zarr" does.
+    # Public: none.
+    "NodePath": ("xarray.core.treenode", "NodePath"),
+    # A DataTree from per-group Datasets that closes all their stores, as engine="zarr"
+    # builds one. Public: none (xarray.DataTree.from_dict, then set_close by hand).
+    "datatree_from_dict_with_io_cleanup": (
+        "xarray.backends.common",
+        "datatree_from_dict_with_io_cleanup",
+    ),
+    # Encodes the _FillValue attribute of xarray's zarr encoding (what xarray writes for
+    # a v3 array). Public: none.
+    "FillValueCoder": ("xarray.backends.zarr", "FillValueCoder"),
+    # to_zarr's default mode (w-, a or r+ from append_dim and region). Public: none.
+    "choose_default_mode": ("xarray.backends.zarr", "_choose_default_mode"),
+    # The names xarray gives a DataArray written as a one-variable Dataset. Public: none.
+    "DATAARRAY_NAME": ("xarray.backends.api", "DATAARRAY_NAME"),
+    "DATAARRAY_VARIABLE": ("xarray.backends.api", "DATAARRAY_VARIABLE"),
+    # Dataset.to_zarr's metadata step, taken apart: its name check, its writable
+    # ZarrStore and its dump of the Dataset into that store (the data step is
+    # shardwise's). Public: none (Dataset.to_zarr does all of it and the data too).
+    "validate_dataset_names": ("xarray.backends.writers", "_validate_dataset_names"),
+    "get_writable_zarr_store": ("xarray.backends.writers", "get_writable_zarr_store"),
+    "dump_to_store": ("xarray.backends.writers", "dump_to_store"),
+    # Whether an array is chunked (dask, cubed): the data xarray hands the writer.
+    # Public: none.
+    "is_chunked_array": ("xarray.namedarray.pycompat", "is_chunked_array"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module 'shardwise._compat' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+# private attributes of xarray objects, read here so that the uses are in one place
+
+
+def lazy_data(obj: Any) -> Any:
+    """A Variable's lazily indexed array (``Variable._data``; ``.data`` would load it),
+    or ``obj`` itself when it has none. xarray 2025.6-2026.9.0. Public: none."""
+    return getattr(obj, "_data", obj)
+
+
+def closer(ds: Any) -> Callable[[], None] | None:
+    """The close callback of a Dataset a backend opened (``Dataset._close``), to hand to
+    another Dataset's ``set_close``. xarray 2025.6-2026.9.0. Public: none
+    (``Dataset.close`` closes and forgets it)."""
+    close: Callable[[], None] | None = ds._close
+    return close
