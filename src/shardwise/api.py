@@ -79,10 +79,10 @@ def _read_locations(obj: Any) -> Iterator[Any]:
 
     if isinstance(obj, xr.DataTree):
         datas = [v for node in obj.subtree for v in node.variables.values()]
-    elif isinstance(obj, xr.Dataset | xr.DataArray):
-        datas = list(obj.variables.values()) if isinstance(obj, xr.Dataset) else [obj.variable]
-        if isinstance(obj, xr.DataArray):
-            datas += list(obj.coords.variables.values())
+    elif isinstance(obj, xr.Dataset):
+        datas = list(obj.variables.values())
+    elif isinstance(obj, xr.DataArray):
+        datas = [obj.variable, *obj.coords.variables.values()]
     else:
         datas = [obj]
     seen: set[int] = set()

@@ -434,17 +434,12 @@ def check_write_geometry(
     if shards is not None:
         largest = [s if isinstance(s, int) else max(s, default=1) for s in shards]
         per_shard = [-(-int(s) // max(int(c), 1)) for s, c in zip(largest, inner, strict=True)]
-        try:
-            check_chunks_per_shard(per_shard, array=array, key=key)
-        except TooLargeError as e:
-            raise TooLargeError(
-                e.problem,
-                expected=e.expected,
-                found=e.found,
-                array=array,
-                key=key,
-                advice="Choose larger inner chunks or smaller shards. Nothing was written.",
-            ) from None
+        check_chunks_per_shard(
+            per_shard,
+            array=array,
+            key=key,
+            advice="Choose larger inner chunks or smaller shards. Nothing was written.",
+        )
     nbytes = math.prod(int(c) for c in inner) * int(itemsize)
     if nbytes > INT64_MAX:
         raise TooLargeError(
@@ -458,11 +453,16 @@ def check_write_geometry(
 
 
 def check_chunks_per_shard(
-    chunks_per_shard: Sequence[int], *, array: str | None = None, key: str | None = None
+    chunks_per_shard: Sequence[int],
+    *,
+    array: str | None = None,
+    key: str | None = None,
+    advice: str | None = None,
 ) -> int:
     """The number of inner chunks in a shard of this many per dimension, or
     :class:`~shardwise.errors.TooLargeError` past :data:`MAX_CHUNKS_PER_SHARD` (before
-    anything of the shard's size is allocated). ``key`` names the ``zarr.json``."""
+    anything of the shard's size is allocated). ``key`` names the ``zarr.json``;
+    ``advice`` replaces the advice for a damaged array (a write's own, say)."""
 
     n = math.prod(int(c) for c in chunks_per_shard)
     if n > MAX_CHUNKS_PER_SHARD:
@@ -473,7 +473,8 @@ def check_chunks_per_shard(
             found=f"{n:,} ({' x '.join(map(str, chunks_per_shard))}), an index of {16 * n:,} bytes",
             array=array,
             key=key,
-            advice="The metadata's shard shape or inner chunk shape is damaged, or the "
+            advice=advice
+            or "The metadata's shard shape or inner chunk shape is damaged, or the "
             "array was written with inner chunks far too small for its shards: rewrite it "
             "with larger inner chunks (shardwise.reshard cannot read it either).",
         )
