@@ -32,6 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: lint docs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -99,7 +99,7 @@ def peak_growth(path: Path) -> float:
     code = textwrap.dedent(
         f"""
         import resource
-        import dask, numpy, xarray, zarr, shardwise, shardwise.catalog, shardwise.reader
+        import dask, numpy, xarray, zarr, shardwise, shardwise.tools.inventory, shardwise.io.reader
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         shardwise.info({str(path)!r})
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)

@@ -181,7 +181,7 @@ def check(src: Path, migrated: Path, rewritten: Path) -> None:
     """Both outputs hold the input's values; migrate's chunks are the source's bytes."""
     import zarr
 
-    from shardwise.legacy import DraftStore
+    from shardwise.io.draft import DraftStore
 
     for path in (migrated, rewritten):
         got = zarr.open_array(path / "v", mode="r")

@@ -335,7 +335,7 @@ def inner_chunks_touched(geo: Geometry, time_stop: int) -> tuple[int, int]:
 def touched_bytes(path: Path, geo: Geometry, time_stop: int) -> tuple[int, int]:
     """(compressed bytes of the inner chunks the region touches, bytes of the indexes of
     the shards it touches), from the shard indexes."""
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     reader = ArrayReader.open(str(path), "v")
     rows = math.ceil(time_stop / geo.inner[0])  # rows of inner chunks along time touched

@@ -316,9 +316,9 @@ def load_compressed(path: Path, chunk_nbytes: int) -> Compressed:
     import zstandard
     from zarr.codecs import BytesCodec, ZstdCodec
 
-    from shardwise.codecs import index_format_from_codecs
-    from shardwise.index import EMPTY
-    from shardwise.metadata import ArrayInfo
+    from shardwise.codecs.chunk import index_format_from_codecs
+    from shardwise.format.index import EMPTY
+    from shardwise.format.metadata import ArrayInfo
 
     info = ArrayInfo.from_metadata(zarr.open_array(path, path="v", mode="r").metadata, "v")
     sharding = info.sharding

@@ -51,7 +51,7 @@ def main() -> None:
     import zarr
     from zarr.storage import LocalStore
 
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("2d", "3d", "both"), default="both")

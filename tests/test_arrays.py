@@ -15,7 +15,7 @@ from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 
 import shardwise
 from shardwise import StoreExistsError, WriteError
-from shardwise.rectilinear import enabled
+from shardwise.format.rectilinear import enabled
 
 
 def values(shape, seed=0):

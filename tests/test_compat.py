@@ -24,8 +24,8 @@ import pytest
 import zarr
 import zarr.codecs as zc
 
-from shardwise.reader import ArrayReader
-from shardwise.storage import ReadOptions
+from shardwise.io.reader import ArrayReader
+from shardwise.io.stores import ReadOptions
 
 ts = pytest.importorskip("tensorstore")
 

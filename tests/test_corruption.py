@@ -63,10 +63,10 @@ from shardwise import (
     UnsupportedArrayError,
     UnsupportedCodecError,
 )
-from shardwise.backend import _ENGINE_KINDS
-from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
-from shardwise.index import EMPTY, IndexFormat, check_entries
-from shardwise.metadata import ArrayInfo
+from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder, ShardDecoder
+from shardwise.format.index import EMPTY, IndexFormat, check_entries
+from shardwise.format.metadata import ArrayInfo
+from shardwise.xarray.backend import _ENGINE_KINDS
 
 E64 = 2**64 - 1
 DATA = np.random.default_rng(42).normal(size=(16, 16))
@@ -747,7 +747,7 @@ def run_with_deadline(code: str, seconds: int = 2) -> str:
     deadline times the work, not imports (seconds on a loaded 2-core machine)."""
     prelude = (
         "import resource, signal\nresource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-        "import dask.array, xarray, zarr, shardwise.api, shardwise.backend, shardwise.reader\n"
+        "import dask.array, xarray, zarr, shardwise.xarray.api, shardwise.xarray.backend, shardwise.io.reader\n"
     )
     code = prelude + textwrap.dedent(code).replace("DEADLINE", f"signal.alarm({seconds})")
     proc = subprocess.run(

@@ -20,7 +20,7 @@ from shardwise import (
     TruncatedShardError,
     UnsupportedCodecError,
 )
-from shardwise.reader import ArrayReader
+from shardwise.io.reader import ArrayReader
 
 
 def write(tmp_path, *, location="end", index_crc=True, inner_crc=False, compress=True):
@@ -109,7 +109,7 @@ def test_inner_chunk_crc_mismatch(tmp_path, reader):
     store, _ = write(tmp_path, inner_crc=True)
     path = shard_path(store)
     raw = bytearray(path.read_bytes())
-    fmt = shardwise.index.IndexFormat((4,))
+    fmt = shardwise.format.index.IndexFormat((4,))
     table = fmt.decode(fmt.split(bytes(raw)))
     offset = int(table[1, 0])
     raw[offset + 2] ^= 0xFF  # inner chunk (1,)

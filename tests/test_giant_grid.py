@@ -30,17 +30,17 @@ from zarr.storage import LocalStore
 
 import shardwise
 from shardwise import ArrayReader
-from shardwise.catalog import INVENTORY_CELLS, INVENTORY_SPARSITY, summary, totals
 from shardwise.errors import TooLargeError, UnsupportedArrayError
-from shardwise.layout import (
+from shardwise.format.grid import (
     INT64_MAX,
     MAX_CHUNKS_PER_SHARD,
     DimGrid,
     ShardLayout,
     check_chunks_per_shard,
 )
-from shardwise.shard import write_order
+from shardwise.format.shard import write_order
 from shardwise.testing import CountingStore
+from shardwise.tools.inventory import INVENTORY_CELLS, INVENTORY_SPARSITY, summary, totals
 
 SHARD, INNER = 100, 10
 GRID = 10**7  # shards per dimension
@@ -210,7 +210,7 @@ def test_cli_inventory_summarises_and_refuses_the_table(giant: Path, tmp_path: P
     table (``--out``, one row per inner chunk) is refused with exit 2."""
     from click.testing import CliRunner
 
-    from shardwise.cli import main
+    from shardwise.cli.commands import main
 
     result = CliRunner().invoke(main, ["inventory", str(giant), "--var", "v"])
     assert result.exit_code == 0, result.output
@@ -232,8 +232,8 @@ def run_limited(code: str, headroom: int = 2 << 30, seconds: int = 60) -> str:
     prelude = textwrap.dedent(
         f"""
         import resource, signal
-        import dask, numpy, xarray, zarr, shardwise, shardwise.reader, shardwise.backend
-        import shardwise.catalog, shardwise.integrity
+        import dask, numpy, xarray, zarr, shardwise, shardwise.io.reader, shardwise.xarray.backend
+        import shardwise.tools.inventory, shardwise.tools.verify
         with open("/proc/self/status") as f:
             vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
         resource.setrlimit(resource.RLIMIT_AS, (vm + {headroom}, vm + {headroom}))

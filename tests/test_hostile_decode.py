@@ -46,8 +46,8 @@ from zarr.core.dtype import Float64, UInt8
 
 import shardwise
 from shardwise import ArrayReader, CorruptShardError, ReadOptions, TruncatedShardError
-from shardwise.codecs import ChunkDecoder, ShardDecoder, _compressed_bound
-from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat
+from shardwise.codecs.chunk import ChunkDecoder, ShardDecoder, _compressed_bound
+from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat
 from shardwise.testing import CountingStore
 from test_corruption import READERS  # the four read paths: whole shards, ranges, engine, fan-out
 
@@ -258,7 +258,7 @@ def test_verify_decode_reports_the_bomb(tmp_path, pristine, bomb) -> None:
 def test_declared_size_is_refused_before_decompressing(monkeypatch) -> None:
     """A zstd frame or blosc header claiming more than the chunk never reaches the
     decompressor."""
-    import shardwise.codecs as codecs
+    import shardwise.codecs.chunk as codecs
 
     def fail(*args: Any) -> Any:
         raise AssertionError("decompressed")
@@ -374,7 +374,7 @@ def _tail_chains() -> dict[str, tuple[list[Any], int, bool]]:
 def test_compressor_ending_a_zarr_pipeline_chain_is_bounded(chain) -> None:
     """Zarr v2 filters (numcodecs' delta, fixed scale-offset...) before a compressor:
     zarr-python decodes the filters, shardwise the compressor, with a bound."""
-    from shardwise.codecs import ChunkEncoder
+    from shardwise.codecs.chunk import ChunkEncoder
 
     codecs, limit, exact = _tail_chains()[chain]
     dec = _decoder(codecs)

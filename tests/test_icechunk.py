@@ -304,7 +304,7 @@ def test_out_of_bounds_ranges_raise_there_and_the_reader_copes(tmp_path):
     )
     arr[...] = values
     session.commit("data")
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     reader = ArrayReader.open(repo.readonly_session("main").store, "v")
     np.testing.assert_array_equal(reader[56:64], values[56:64])  # the last chunk, read on

@@ -5,7 +5,7 @@ import pytest
 import zarr
 
 from shardwise import ChecksumError, CorruptShardError, TruncatedShardError
-from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
+from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
 
 
 def table(cps, entries):

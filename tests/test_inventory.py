@@ -26,9 +26,9 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import ArrayChoiceError, ChecksumError, TruncatedShardError
-from shardwise.catalog import summary
-from shardwise.sources import open_source
+from shardwise.io.sources import open_source
 from shardwise.testing import CountingStore
+from shardwise.tools.inventory import summary
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 EMPTY = 2**64 - 1

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardwise.layout import DimGrid, ShardLayout
+from shardwise.format.grid import DimGrid, ShardLayout
 
 
 def assemble(dim: DimGrid, sel) -> np.ndarray:

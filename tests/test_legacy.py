@@ -194,7 +194,7 @@ def test_any_draft_array_reads_back(case, seed):
 def test_names_the_spec_allows_read_back():
     """Spaces, Unicode, a leading ``__`` and periods among other characters are node
     names (issue 27: only names that could reach outside the root are refused)."""
-    from shardwise.sources import open_source
+    from shardwise.io.sources import open_source
 
     store = MemoryStore()
     values = np.arange(6, dtype="<i2").reshape(2, 3)

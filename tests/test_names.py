@@ -1,4 +1,4 @@
-"""Node names from stores are input (issue 27): one checker (``shardwise.names``)
+"""Node names from stores are input (issue 27): one checker (``shardwise.format.names``)
 decides which node paths shardwise reads and writes through. Properties of the checker
 (no accepted path reaches outside the root; every name Zarr v3 allows, but for a
 backslash or NUL, is accepted), its refusals one by one, and stores made to be hostile
@@ -26,9 +26,9 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import UnsafeNameError, UnsupportedArrayError
-from shardwise import names as names_module
-from shardwise.names import key_under, node_name, node_path
-from shardwise.sources import open_source
+from shardwise.format import names as names_module
+from shardwise.format.names import key_under, node_name, node_path
+from shardwise.io.sources import open_source
 from test_cli import assert_error_line, run
 from test_legacy import LEGACY, write_draft
 

@@ -18,7 +18,7 @@ import zarr
 
 import shardwise
 from shardwise.errors import OverlapError, ShardwiseError
-from shardwise.storage import Location, check_apart, location
+from shardwise.io.stores import Location, check_apart, location
 from test_cli import LEGACY, run
 
 pytestmark = pytest.mark.usefixtures("_threads")

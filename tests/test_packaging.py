@@ -54,7 +54,7 @@ def test_sdist_and_wheel_build_and_pass_twine_check(dist):
     assert "Requires-Dist: zarr>=3.2" in text and "Provides-Extra: s3" in text
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert (
-        "shardwise = shardwise.backend:ShardwiseBackendEntrypoint"
+        "shardwise = shardwise.xarray.backend:ShardwiseBackendEntrypoint"
         in zipfile.ZipFile(wheel).read(entry).decode()
     )
 

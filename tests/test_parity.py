@@ -18,7 +18,7 @@ import zarr
 from xarray.backends.zarr import ZarrBackendEntrypoint
 
 import shardwise
-from shardwise.backend import ShardwiseBackendEntrypoint
+from shardwise.xarray.backend import ShardwiseBackendEntrypoint
 
 
 # -- open_dataset's parameters --------------------------------------------------------------

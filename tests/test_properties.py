@@ -1,5 +1,5 @@
 """Property tests: random arrays written by zarr-python read identically through shardwise,
-and the pure geometry (``shardwise.layout``) and range coalescing (``shardwise.storage``)
+and the pure geometry (``shardwise.format.grid``) and range coalescing (``shardwise.io.stores``)
 are exact.
 
 Each reader example writes one small array to a ``MemoryStore`` and reads several random
@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from xarray.core import indexing
 from zarr.storage import MemoryStore
 
-from shardwise.backend import ShardwiseBackendArray
-from shardwise.layout import DimGrid, ShardLayout
-from shardwise.reader import ArrayReader
-from shardwise.storage import ByteRange, ReadOptions, coalesce
+from shardwise.format.grid import DimGrid, ShardLayout
+from shardwise.io.reader import ArrayReader
+from shardwise.io.stores import ByteRange, ReadOptions, coalesce
+from shardwise.xarray.backend import ShardwiseBackendArray
 
 # st.data() draws the selections after the array is built; each example is one
 # zarr-python write, so the example counts stay modest

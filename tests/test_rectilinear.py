@@ -19,7 +19,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import WriteError
-from shardwise.rectilinear import MAX_SHARDS, enabled, extend, pad
+from shardwise.format.rectilinear import MAX_SHARDS, enabled, extend, pad
 from shardwise.testing import CountingStore
 
 FLAG = {"array.rectilinear_chunks": True}

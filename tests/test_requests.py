@@ -155,7 +155,7 @@ def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
     import zarr
 
     from shardwise.errors import CorruptShardError
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     values = np.arange(64 * 48, dtype="f4").reshape(64, 48)
     arr = zarr.create_array(
@@ -193,8 +193,8 @@ def test_inner_chunks_filling_contiguous_rows_decode_in_place(tmp_path, monkeypa
     import zarr
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
-    from shardwise.codecs import ChunkDecoder
-    from shardwise.reader import ArrayReader
+    from shardwise.codecs.chunk import ChunkDecoder
+    from shardwise.io.reader import ArrayReader
 
     values = np.random.default_rng(3).normal(size=(70, 12)).astype("f4")
     values[8:12] = -1  # one inner chunk all fill value: not stored

@@ -18,10 +18,10 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import StoreExistsError, WriteError
-from shardwise.api import auto_chunks, auto_shards
-from shardwise.codecs import ShardDecoder
-from shardwise.metadata import ArrayInfo
+from shardwise.codecs.chunk import ShardDecoder
+from shardwise.format.metadata import ArrayInfo
 from shardwise.testing import CountingStore
+from shardwise.xarray.api import auto_chunks, auto_shards
 
 
 def table(nt=1000, nx=50, chunks=30, seed=0):
@@ -540,7 +540,7 @@ def test_zarr_v2_and_strings_go_through_aligned_dask_store(tmp_path):
 
 
 def test_aligned_chunks_break_at_the_grid():
-    from shardwise.writer import _aligned
+    from shardwise.graph.write import _aligned
 
     assert _aligned(20, 95, 10) == (5, 10, 5)
     assert _aligned(30, 0, 10) == (10, 10, 10)
@@ -572,7 +572,7 @@ def test_encode_split_cuts_a_shard_into_tasks(tmp_path, split):
 def test_encode_split_auto_and_refusals(tmp_path):
     """ "auto" splits only shards fewer than the threads and large enough (8 MiB a
     part); bad values are refused before anything is written."""
-    from shardwise.writer import encode_split_chunks
+    from shardwise.graph.write import encode_split_chunks
 
     big = ArrayInfo.from_metadata(
         zarr.create_array(
@@ -610,7 +610,7 @@ def test_encode_split_auto_and_refusals(tmp_path):
 def test_encode_split_cuts_only_at_inner_boundaries(data, shard, inner_per, parts):
     """Any chunking: the split refines the dask chunks, and every new edge inside a
     dask chunk is an inner chunk boundary."""
-    from shardwise.writer import encode_split_chunks
+    from shardwise.graph.write import encode_split_chunks
 
     inner = max(1, shard // inner_per)
     shard = inner * max(1, shard // inner)

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore, MemoryStore
 
-from shardwise.index import IndexFormat
-from shardwise.layout import ShardLayout
-from shardwise.metadata import ArrayInfo
-from shardwise.reader import ArrayReader
-from shardwise.shard import assemble_shard, write_order
+from shardwise.format.grid import ShardLayout
+from shardwise.format.index import IndexFormat
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.shard import assemble_shard, write_order
+from shardwise.graph.write import batch_bounds, plan_write, split_block, store_dask_array
+from shardwise.io.reader import ArrayReader
 from shardwise.testing import CountingStore
-from shardwise.writer import batch_bounds, plan_write, split_block, store_dask_array
 
 
 def test_write_orders():
@@ -309,7 +309,7 @@ def test_encode_into_gives_the_bytes_of_encode(name, values):
     within its bound, and zarr-python decodes them."""
     from zarr.core.dtype import Float32
 
-    from shardwise.codecs import ChunkDecoder, ChunkEncoder
+    from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder
 
     rng = np.random.default_rng(0)
     arr = {
@@ -335,7 +335,7 @@ def test_encode_into_gives_the_bytes_of_encode(name, values):
 def test_chains_without_a_fast_path_have_no_bound():
     from zarr.core.dtype import Float32
 
-    from shardwise.codecs import ChunkEncoder
+    from shardwise.codecs.chunk import ChunkEncoder
 
     enc = ChunkEncoder([BytesCodec(), zarr.codecs.BloscCodec()], (8,), Float32(), 0.0)
     assert enc.bound is None
@@ -348,8 +348,8 @@ def test_shard_builder_matches_assemble_shard(location, monkeypatch):
     """ShardBuilder lays out the same object as assemble_shard: in the thread's reused
     buffer, in memory of its own when that is taken or the shard is too big for it, and
     growing when the chunks outrun the room it was given."""
-    import shardwise.shard as shard_mod
-    from shardwise.shard import ShardBuilder
+    import shardwise.format.shard as shard_mod
+    from shardwise.format.shard import ShardBuilder
 
     fmt = IndexFormat((2, 3), location=location)
     order = write_order((2, 3), "morton")
@@ -395,7 +395,7 @@ def test_shard_builder_matches_assemble_shard(location, monkeypatch):
 
 
 def test_unsharded_builder_holds_one_chunk():
-    from shardwise.shard import ShardBuilder
+    from shardwise.format.shard import ShardBuilder
 
     builder = ShardBuilder(None, 8)
     builder.add((0, 0), b"abc")

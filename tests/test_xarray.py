@@ -13,8 +13,8 @@ import xarray as xr
 import zarr
 from zarr.storage import LocalStore
 
-from shardwise.backend import ShardwiseBackendArray
 from shardwise.testing import CountingStore
+from shardwise.xarray.backend import ShardwiseBackendArray
 
 from datasets import WEATHER_ENCODING, weather
 
@@ -196,8 +196,8 @@ def test_rectilinear_shards(tmp_path):
 def test_entrypoint_module_is_light():
     """Listing engines imports the entrypoint module; it must not import zarr or dask."""
     code = (
-        "import sys, xarray as xr; xr.backends.list_engines(); import shardwise.backend; "
-        "heavy = [m for m in ('zarr', 'dask', 'numcodecs', 'distributed', 'shardwise.reader') "
+        "import sys, xarray as xr; xr.backends.list_engines(); import shardwise.xarray.backend; "
+        "heavy = [m for m in ('zarr', 'dask', 'numcodecs', 'distributed', 'shardwise.io.reader') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -37,27 +37,23 @@ from shardwise.errors import (
     WriteError,
 )
 
-# functions named like their module are bound now (their modules import little at
-# load): bound lazily, a later ``import shardwise.migrate`` (dask unpickling a task)
-# would replace the function by the module
-from shardwise.migrate import MigrationReport, migrate
-from shardwise.reshard import ReshardReport, reshard
-
 if TYPE_CHECKING:
-    from shardwise.api import open_dataset, to_zarr
-    from shardwise.arrays import from_zarr
-    from shardwise.catalog import ArrayChoiceError, Info, info, inventories, inventory
-    from shardwise.fanout import ChunkRoundingWarning
-    from shardwise.integrity import VerifyReport, verify
-    from shardwise.metadata import ArrayInfo
-    from shardwise.reader import ArrayReader
-    from shardwise.regions import check_regions, shared_shards
-    from shardwise.storage import (
+    from shardwise.array.api import from_zarr
+    from shardwise.format.metadata import ArrayInfo
+    from shardwise.graph.read import ChunkRoundingWarning
+    from shardwise.graph.regions import check_regions, shared_shards
+    from shardwise.io.reader import ArrayReader
+    from shardwise.io.stores import (
         ReadOptions,
         clear_index_cache,
         index_cache,
         set_index_cache_size,
     )
+    from shardwise.tools.inventory import ArrayChoiceError, Info, info, inventories, inventory
+    from shardwise.tools.migrate import MigrationReport, migrate
+    from shardwise.tools.reshard import ReshardReport, reshard
+    from shardwise.tools.verify import VerifyReport, verify
+    from shardwise.xarray.api import open_dataset, to_zarr
 
 __version__ = "0.1.0.dev0"
 
@@ -104,25 +100,29 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ArrayChoiceError": "shardwise.catalog",
-    "Info": "shardwise.catalog",
-    "info": "shardwise.catalog",
-    "inventories": "shardwise.catalog",
-    "inventory": "shardwise.catalog",
-    "ArrayInfo": "shardwise.metadata",
-    "ArrayReader": "shardwise.reader",
-    "ChunkRoundingWarning": "shardwise.fanout",
-    "check_regions": "shardwise.regions",
-    "shared_shards": "shardwise.regions",
-    "open_dataset": "shardwise.api",
-    "from_zarr": "shardwise.arrays",
-    "ReadOptions": "shardwise.storage",
-    "clear_index_cache": "shardwise.storage",
-    "index_cache": "shardwise.storage",
-    "set_index_cache_size": "shardwise.storage",
-    "to_zarr": "shardwise.api",
-    "VerifyReport": "shardwise.integrity",
-    "verify": "shardwise.integrity",
+    "MigrationReport": "shardwise.tools.migrate",
+    "migrate": "shardwise.tools.migrate",
+    "ReshardReport": "shardwise.tools.reshard",
+    "reshard": "shardwise.tools.reshard",
+    "ArrayChoiceError": "shardwise.tools.inventory",
+    "Info": "shardwise.tools.inventory",
+    "info": "shardwise.tools.inventory",
+    "inventories": "shardwise.tools.inventory",
+    "inventory": "shardwise.tools.inventory",
+    "ArrayInfo": "shardwise.format.metadata",
+    "ArrayReader": "shardwise.io.reader",
+    "ChunkRoundingWarning": "shardwise.graph.read",
+    "check_regions": "shardwise.graph.regions",
+    "shared_shards": "shardwise.graph.regions",
+    "open_dataset": "shardwise.xarray.api",
+    "from_zarr": "shardwise.array.api",
+    "ReadOptions": "shardwise.io.stores",
+    "clear_index_cache": "shardwise.io.stores",
+    "index_cache": "shardwise.io.stores",
+    "set_index_cache_size": "shardwise.io.stores",
+    "to_zarr": "shardwise.xarray.api",
+    "VerifyReport": "shardwise.tools.verify",
+    "verify": "shardwise.tools.verify",
 }
 
 

@@ -1,4 +1,4 @@
-"""``python -m shardwise ...``: the ``shardwise`` command line (:mod:`shardwise.cli`)."""
+"""``python -m shardwise ...``: the ``shardwise`` command line (:mod:`shardwise.cli.commands`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return its exit
     status instead of exiting."""
-    from shardwise.cli import main as cli
+    from shardwise.cli.commands import main as cli
 
     try:
         cli.main(

@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+from shardwise.errors import OverlapError, ShardwiseError, WriteError
+from shardwise.format.metadata import metadata_key, read_document
 
 __all__ = [
     "ABSENT",
@@ -117,7 +119,7 @@ class IndexCache:
     """A per-process LRU cache of decoded shard indexes, bounded in bytes.
 
     Thread-safe. Keyed by ``(reader token, shard key)``, the reader token naming the store
-    and the opened array (an :class:`~shardwise.reader.ArrayReader` and its pickled copies
+    and the opened array (an :class:`~shardwise.io.reader.ArrayReader` and its pickled copies
     on dask workers share one), so an array opened again after its shards were rewritten
     starts with no cached indexes. Within one opened array it assumes shards do not change
     (use ``ReadOptions(index_cache=False)`` when they are rewritten under a reader).
@@ -472,7 +474,6 @@ def check_apart(
 ) -> None:
     """Refuse (:class:`~shardwise.errors.OverlapError`) a destination that is the source,
     lies inside it or holds it: writing it could change or delete the source."""
-    from shardwise.errors import OverlapError
 
     if dst.within(src):
         how = "is the source" if src.within(dst) else "lies inside the source"
@@ -500,7 +501,6 @@ def check_replaceable(
     pattern: zarr-python's ``FsspecStore`` removes a folder with ``fs.rm(path,
     recursive=True)``, which expands ``*``, ``?`` and ``[...]`` in the path, so replacing
     ``s3://b/data[12].zarr`` would delete ``data1.zarr`` and ``data2.zarr`` beside it."""
-    from shardwise.errors import WriteError
 
     if isinstance(store, str) and "://" in store:
         where = store.rsplit("::", 1)[-1].partition("://")[2]
@@ -519,3 +519,60 @@ def check_replaceable(
         "matches. Choose another name, or remove the destination yourself and write with "
         "the default mode. Nothing was written.",
     )
+
+
+def metadata_error(
+    store: Any,
+    prefix: str,
+    error: BaseException,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    depth: int | None = 0,
+    need_dims: bool = False,
+) -> BaseException:
+    """What to raise when opening ``store`` (a path, URL or zarr ``Store``) failed with
+    zarr-python's or xarray's own ``error`` (a ``ValueError``, ``TypeError``,
+    ``KeyError``, ``OverflowError``, ``UnknownCodecError``...): the
+    :class:`UnsupportedArrayError` (or :class:`UnsupportedCodecError`) of the first
+    ``zarr.json`` under ``prefix`` that cannot be read, naming its array and key; or
+    ``error`` itself when every document reads (the error then was not the metadata's).
+
+    ``depth`` is how far below ``prefix`` to look (0: its own document; 1: and its
+    children's; None: all). ``need_dims``: xarray also needs a name for each dimension.
+    Only called once opening has failed, so a good store never pays for the listing.
+    """
+
+    if isinstance(error, ShardwiseError):
+        return error
+    try:
+        where = read_only_store_path(store, storage_options)
+        full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
+        # (in a list: zarr's sync raises an exception a coroutine returns)
+        (found,) = _compat.sync(_first_bad_document(where.store, full, depth, need_dims))
+    except Exception:  # looking for the culprit must not hide the error itself
+        return error
+    return error if found is None else found
+
+
+async def _first_bad_document(
+    store: Any, prefix: str, depth: int | None, need_dims: bool
+) -> list[ShardwiseError | None]:
+    from zarr.buffer import default_buffer_prototype
+
+    keys = [metadata_key(prefix)]
+    if depth is None or depth > 0:
+        under = f"{prefix}/" if prefix else ""
+        found = [k async for k in store.list_prefix(under) if k.endswith("/zarr.json")]
+        keys += sorted(
+            k
+            for k in found
+            if k != keys[0] and (depth is None or k[len(under) :].count("/") <= depth)
+        )
+    for key in keys:
+        buf = await store.get(key, default_buffer_prototype())
+        if buf is not None:
+            try:
+                read_document(buf.to_bytes(), key, need_dims=need_dims)
+            except ShardwiseError as problem:
+                return [problem]
+    return [None]

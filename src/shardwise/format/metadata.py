@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise.errors import ShardwiseError, UnsupportedArrayError, UnsupportedCodecError
-from shardwise.layout import ShardLayout
-from shardwise.names import node_path
-from shardwise.storage import read_only_store_path
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.format.grid import ShardLayout
+from shardwise.format.names import node_path
 
-__all__ = ["ArrayInfo", "metadata_error", "metadata_key", "parse_document", "read_document"]
+__all__ = ["ArrayInfo", "metadata_key", "parse_document", "read_document"]
 
 
 # The largest extent numpy, dask and xarray can index (int64).
@@ -40,63 +39,6 @@ def metadata_key(path: str) -> str:
     return f"{path}/zarr.json" if path else "zarr.json"
 
 
-def metadata_error(
-    store: Any,
-    prefix: str,
-    error: BaseException,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    depth: int | None = 0,
-    need_dims: bool = False,
-) -> BaseException:
-    """What to raise when opening ``store`` (a path, URL or zarr ``Store``) failed with
-    zarr-python's or xarray's own ``error`` (a ``ValueError``, ``TypeError``,
-    ``KeyError``, ``OverflowError``, ``UnknownCodecError``...): the
-    :class:`UnsupportedArrayError` (or :class:`UnsupportedCodecError`) of the first
-    ``zarr.json`` under ``prefix`` that cannot be read, naming its array and key; or
-    ``error`` itself when every document reads (the error then was not the metadata's).
-
-    ``depth`` is how far below ``prefix`` to look (0: its own document; 1: and its
-    children's; None: all). ``need_dims``: xarray also needs a name for each dimension.
-    Only called once opening has failed, so a good store never pays for the listing.
-    """
-
-    if isinstance(error, ShardwiseError):
-        return error
-    try:
-        where = read_only_store_path(store, storage_options)
-        full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
-        # (in a list: zarr's sync raises an exception a coroutine returns)
-        (found,) = _compat.sync(_first_bad_document(where.store, full, depth, need_dims))
-    except Exception:  # looking for the culprit must not hide the error itself
-        return error
-    return error if found is None else found
-
-
-async def _first_bad_document(
-    store: Any, prefix: str, depth: int | None, need_dims: bool
-) -> list[ShardwiseError | None]:
-    from zarr.buffer import default_buffer_prototype
-
-    keys = [metadata_key(prefix)]
-    if depth is None or depth > 0:
-        under = f"{prefix}/" if prefix else ""
-        found = [k async for k in store.list_prefix(under) if k.endswith("/zarr.json")]
-        keys += sorted(
-            k
-            for k in found
-            if k != keys[0] and (depth is None or k[len(under) :].count("/") <= depth)
-        )
-    for key in keys:
-        buf = await store.get(key, default_buffer_prototype())
-        if buf is not None:
-            try:
-                read_document(buf.to_bytes(), key, need_dims=need_dims)
-            except ShardwiseError as problem:
-                return [problem]
-    return [None]
-
-
 def _bad_document(path: str, key: str, found: str) -> UnsupportedArrayError:
     return UnsupportedArrayError(
         "the metadata cannot be read",
@@ -117,7 +59,7 @@ def parse_document(raw: bytes, key: str) -> Any:
     path breaks the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`."""
     from zarr.errors import UnknownCodecError
 
-    from shardwise.rectilinear import enabled
+    from shardwise.format.rectilinear import enabled
 
     path = node_path(key.removesuffix("zarr.json").removesuffix("/"), document=key)
 

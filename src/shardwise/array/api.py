@@ -4,9 +4,9 @@
 ``shardwise.to_zarr(x, store, path=...)`` with a ``dask.array.Array`` creates (or
 opens) one Zarr array with zarr-python, so its metadata (codecs, fill value, attributes,
 dimension names) is zarr-python's own, and writes the data with the same graph as the
-xarray path (:func:`shardwise.writer.store_dask_array`): one task per shard, any dask
+xarray path (:func:`shardwise.graph.write.store_dask_array`): one task per shard, any dask
 chunking, partial shards merged by their one owner. :func:`from_zarr` reads an array
-with the fan-out graph of :mod:`shardwise.fanout`.
+with the fan-out graph of :mod:`shardwise.graph.read`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-import shardwise.rectilinear as rl
+import shardwise.format.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
-from shardwise.layout import check_write_geometry
+from shardwise.format.grid import check_write_geometry
 
 __all__ = ["array_to_zarr", "from_zarr"]
 
@@ -49,9 +49,9 @@ def from_zarr(
     :class:`~shardwise.ChunkRoundingWarning`. Zarr v2 arrays and 2022 sharding drafts
     are read too. ``read_options``: a :class:`~shardwise.ReadOptions` or a dict.
     """
-    from shardwise.fanout import block_sizes, fanout_array
-    from shardwise.reader import ArrayReader
-    from shardwise.storage import ReadOptions
+    from shardwise.graph.read import block_sizes, fanout_array
+    from shardwise.io.reader import ArrayReader
+    from shardwise.io.stores import ReadOptions
 
     if isinstance(read_options, Mapping):
         read_options = ReadOptions(**read_options)
@@ -144,7 +144,7 @@ def array_to_zarr(
     ``dimension_names``); None where not given."""
     import dask
 
-    from shardwise.icechunk import check_session, icechunk_session, merge_into, refuse_commit
+    from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 
     name = path.strip("/") or "/"
     mode = _mode(mode, region, append_dim, name)
@@ -230,7 +230,7 @@ def array_to_zarr(
             return write
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
-    from shardwise.writer import finish_graph
+    from shardwise.graph.write import finish_graph
 
     graph = finish_graph([write], _done, arr)
     if not compute:
@@ -279,7 +279,7 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
     ``mode`` does not allow."""
     import zarr
 
-    from shardwise.storage import read_only_store_path
+    from shardwise.io.stores import read_only_store_path
 
     try:
         base = read_only_store_path(store, storage_options)
@@ -379,7 +379,7 @@ def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int])
 
 
 def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> _Plan:
-    from shardwise.layout import DEFAULT_CHUNK_BYTES, auto_shards, target_bytes
+    from shardwise.format.grid import DEFAULT_CHUNK_BYTES, auto_shards, target_bytes
 
     itemsize = x.dtype.itemsize
     whole = tuple(max(1, n) for n in x.shape)
@@ -422,7 +422,7 @@ def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) ->
 
 
 def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    from shardwise.layout import auto_chunks
+    from shardwise.format.grid import auto_chunks
 
     if chunks in (None, "auto"):
         return auto_chunks(grid, itemsize, x.chunks)
@@ -625,7 +625,7 @@ def _write_graph(
     *,
     store: Any = None,
 ) -> Any:
-    from shardwise.writer import data_graph
+    from shardwise.graph.write import data_graph
 
     region = tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True))
     return data_graph(

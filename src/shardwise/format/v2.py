@@ -9,7 +9,7 @@ compressor as Zarr v3's own ``zstd``, ``blosc`` or ``gzip`` codec where there is
 (they decode the same bytes) and as zarr-python's ``numcodecs.*`` codec otherwise,
 and the ``v2`` chunk key encoding with the array's separator. The reader, ``inventory``
 and ``reshard`` then need no special case. The same translation of numcodecs
-compressors serves the 2022 draft (:mod:`shardwise.legacy`).
+compressors serves the 2022 draft (:mod:`shardwise.io.draft`).
 
 The fill value keeps its Zarr v2 meaning in :attr:`V2ArrayInfo.v2_fill_value` (``None``
 for ``fill_value: null``: chunks never written are undefined; read as 0 here, as
@@ -27,8 +27,8 @@ import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
-from shardwise.metadata import ArrayInfo
-from shardwise.names import node_path
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.names import node_path
 
 __all__ = ["V2ArrayInfo", "array_info", "compressor_codecs", "parse_documents"]
 

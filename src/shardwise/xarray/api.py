@@ -6,16 +6,16 @@ The metadata step is xarray's own (``ZarrStore.store`` through zarr-python), so 
 arrays, attributes and CF encodings are exactly what ``Dataset.to_zarr`` writes. Only
 the data step differs: xarray hands every dask variable to an ``ArrayWriter``, and
 shardwise's writer captures them instead of calling ``dask.array.store``, then builds
-its own graph (:func:`shardwise.writer.store_dask_array`) in which exactly one task
+its own graph (:func:`shardwise.graph.write.store_dask_array`) in which exactly one task
 writes each shard.
 
 Before anything is written the whole metadata step runs once against a copy-on-write
-view of the store (:class:`shardwise.overlay.OverlayStore`), so bad input fails with
+view of the store (:class:`shardwise.io.overlay.OverlayStore`), so bad input fails with
 the store untouched.
 
 ``open_dataset`` opens a store exactly as ``engine="shardwise"`` does (xarray's own
 metadata and CF decoding) and gives every shardwise-read variable the fan-out graph of
-:mod:`shardwise.fanout`.
+:mod:`shardwise.graph.read`.
 """
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ from typing import Any, Literal
 import numpy as np
 
 import shardwise._compat as _compat
-import shardwise.rectilinear as rl
+import shardwise.format.rectilinear as rl
 from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
-from shardwise.layout import (
+from shardwise.format.grid import (
     DEFAULT_CHUNK_BYTES,
     auto_chunks,
     auto_shards,
     check_write_geometry,
     target_bytes,
 )
-from shardwise.metadata import metadata_key
-from shardwise.shard import WRITE_ORDERS
-from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
-from shardwise.writer import FIXED_KINDS, data_graph, finish_graph
+from shardwise.format.metadata import metadata_key
+from shardwise.format.shard import WRITE_ORDERS
+from shardwise.graph.write import FIXED_KINDS, data_graph, finish_graph
+from shardwise.io.stores import check_apart, check_replaceable, location, read_only_store_path
 
 __all__ = ["auto_chunks", "auto_shards", "open_dataset", "to_zarr"]
 
@@ -75,7 +75,7 @@ def _read_locations(obj: Any) -> Iterator[Any]:
     wrappers and dask's ``from_array`` layers."""
     import xarray as xr
 
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     if isinstance(obj, xr.DataTree):
         datas = [v for node in obj.subtree for v in node.variables.values()]
@@ -233,7 +233,7 @@ def _plan_encoding(
 
 
 def _sizes_text(var: Any) -> str:
-    from shardwise.rectilinear import _short
+    from shardwise.format.rectilinear import _short
 
     return ", ".join(
         f"{d}: {_short(tuple(c))}" for d, c in zip(var.dims, var.chunks or (), strict=True)
@@ -370,7 +370,7 @@ class _Capture:
 
 
 def _check_geometry(target: Any) -> None:
-    """:func:`~shardwise.layout.check_write_geometry` for a zarr array xarray created."""
+    """:func:`~shardwise.format.grid.check_write_geometry` for a zarr array xarray created."""
 
     meta = target.metadata
     sharding = getattr(meta, "sharding_codec", None) if meta.zarr_format == 3 else None
@@ -500,7 +500,7 @@ def _overlay_of(store: Any, storage_options: Any) -> Any:
     """A copy-on-write view of ``store`` (an empty one when nothing exists there yet)."""
     from zarr.storage import MemoryStore, StorePath
 
-    from shardwise.overlay import OverlayStore
+    from shardwise.io.overlay import OverlayStore
 
     try:
         base = read_only_store_path(store, storage_options)
@@ -640,7 +640,7 @@ def to_zarr(
     """
     import dask
 
-    from shardwise.arrays import array_to_zarr, is_array
+    from shardwise.array.api import array_to_zarr, is_array
 
     if mode == "w":  # replacing what is there: never what the data is read from
         where = path if is_array(obj) else group
@@ -701,11 +701,11 @@ def to_zarr(
             advice="Give codecs and fill values per variable in encoding=, e.g. "
             "encoding={'v': {'compressors': ...}}. Nothing was written.",
         )
-    from shardwise.icechunk import icechunk_session
+    from shardwise.io.icechunk import icechunk_session
 
     session = icechunk_session(store)
     if session is None and commit is not None:
-        from shardwise.icechunk import refuse_commit
+        from shardwise.io.icechunk import refuse_commit
 
         refuse_commit(store)
     import xarray as xr
@@ -747,7 +747,7 @@ def to_zarr(
 
         store = MemoryStore()
     if session is not None:
-        from shardwise.icechunk import check_dataset
+        from shardwise.io.icechunk import check_dataset
 
         check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
@@ -816,7 +816,7 @@ def to_zarr(
         )
     if not compute:
         if fork is not None:  # the session's store stays here: it does not pickle
-            from shardwise.writer import _merge_sessions
+            from shardwise.graph.write import _merge_sessions
 
             zstore.close()
             return finish_graph(writes, _merge_sessions)  # the fork sessions as one
@@ -825,7 +825,7 @@ def to_zarr(
         if writes:
             done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
             if fork is not None:
-                from shardwise.icechunk import merge_into
+                from shardwise.io.icechunk import merge_into
 
                 merge_into(session, done)
     finally:
@@ -926,7 +926,7 @@ def _validate(
             expected=f"one of {WRITE_ORDERS}",
             found=repr(write_order),
         )
-    from shardwise.writer import check_encode_split, check_shards_per_task
+    from shardwise.graph.write import check_encode_split, check_shards_per_task
 
     try:
         if shards_per_task is not None:
@@ -1104,7 +1104,7 @@ def open_dataset(
       (the whole dimension) or ``None`` (shards); dimensions left out get shards.
 
     Sizes that cut inner chunks are moved to inner-chunk boundaries with a
-    :class:`~shardwise.fanout.ChunkRoundingWarning`. Variables shardwise does not read
+    :class:`~shardwise.graph.read.ChunkRoundingWarning`. Variables shardwise does not read
     itself (Zarr v2 arrays, strings) are chunked by ``dask.array.from_array`` along their
     Zarr chunks. ``read_options`` takes a :class:`~shardwise.ReadOptions` (or a dict).
     """
@@ -1112,8 +1112,8 @@ def open_dataset(
 
     import xarray as xr
 
-    from shardwise.backend import open_backend_dataset
-    from shardwise.fanout import block_sizes, fanout_array
+    from shardwise.graph.read import block_sizes, fanout_array
+    from shardwise.xarray.backend import open_backend_dataset
 
     if isinstance(chunks, str):
         if chunks not in _CHUNK_WORDS:

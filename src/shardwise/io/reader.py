@@ -1,6 +1,6 @@
 """Reading a selection of a (sharded or unsharded) Zarr v3 array: no dask, no xarray.
 
-:class:`ArrayReader` plans a selection with :mod:`shardwise.layout`, fetches what it needs
+:class:`ArrayReader` plans a selection with :mod:`shardwise.format.grid`, fetches what it needs
 with as few store requests as the options allow (the whole shard, or the index and then
 coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
 """
@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
-from shardwise.codecs import ChunkDecoder, ShardDecoder
+from shardwise._buffers import SCRATCH_LIMIT, scratch
+from shardwise.codecs.chunk import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
     CorruptShardError,
     NotAZarrStoreError,
@@ -29,10 +30,17 @@ from shardwise.errors import (
     UnsupportedCodecError,
     naming_io_errors,
 )
-from shardwise.index import EMPTY, IndexFormat
-from shardwise.layout import INT64_MAX, ReadPlan, Sel, ShardRead, check_chunks_per_shard, out_len
-from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, metadata_key
-from shardwise.storage import (
+from shardwise.format.grid import (
+    INT64_MAX,
+    ReadPlan,
+    Sel,
+    ShardRead,
+    check_chunks_per_shard,
+    out_len,
+)
+from shardwise.format.index import EMPTY, IndexFormat
+from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
+from shardwise.io.stores import (
     ABSENT,
     IN_FLIGHT,
     SUPPLIED,
@@ -40,6 +48,7 @@ from shardwise.storage import (
     ReadOptions,
     coalesce,
     index_cache,
+    metadata_error,
     store_token,
 )
 
@@ -85,12 +94,12 @@ class ArrayReader:
         options: ReadOptions | None = None,
     ) -> ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``):
-        Zarr v3, Zarr v2 (:mod:`shardwise.v2`), or a store of the 2022 sharding draft
-        (:mod:`shardwise.legacy`)."""
+        Zarr v3, Zarr v2 (:mod:`shardwise.format.v2`), or a store of the 2022 sharding draft
+        (:mod:`shardwise.io.draft`)."""
         import zarr
 
-        from shardwise.legacy import DraftStore
-        from shardwise.rectilinear import enabled
+        from shardwise.format.rectilinear import enabled
+        from shardwise.io.draft import DraftStore
 
         def draft() -> ArrayReader | None:
             """The array when ``store`` is a draft store (looked for only when
@@ -108,7 +117,7 @@ class ArrayReader:
                 )
             info: ArrayInfo
             if arr.metadata.zarr_format == 2:
-                from shardwise.v2 import array_info
+                from shardwise.format.v2 import array_info
 
                 info = array_info(arr.metadata, arr.path)
             else:
@@ -168,7 +177,7 @@ class ArrayReader:
         """The decoder of a shard (a :class:`ShardDecoder`), or of a chunk of an
         unsharded array; one per distinct shard shape, built on first use.
         :class:`~shardwise.errors.TooLargeError` for a shard of more than
-        :data:`~shardwise.layout.MAX_CHUNKS_PER_SHARD` inner chunks (its index could not
+        :data:`~shardwise.format.grid.MAX_CHUNKS_PER_SHARD` inner chunks (its index could not
         be held)."""
         shape = self.info.layout.shard_shape(shard)
         dec = self._decoders.get(shape)
@@ -313,8 +322,6 @@ class ArrayReader:
         shard, indexes handed in by a fan-out graph)."""
         from zarr.storage import LocalStore
 
-        from shardwise.codecs import SCRATCH_LIMIT, _scratch
-
         if type(self.store) is not LocalStore or len(plan.shards) != 1:
             return None
         (shard_read,) = plan.shards
@@ -332,7 +339,7 @@ class ArrayReader:
                 return [None]
         with f, _naming(self.info.name, key):
             size = os.fstat(f.fileno()).st_size
-            buf = _scratch(size, "shard") if size <= SCRATCH_LIMIT else np.empty(size, np.uint8)
+            buf = scratch(size, "shard") if size <= SCRATCH_LIMIT else np.empty(size, np.uint8)
             view = memoryview(buf)
             n = 0
             while n < size and (got := f.readinto(view[n:])):
@@ -567,7 +574,7 @@ class ArrayReader:
     @property
     def token(self) -> str:
         """Names this opened array in every process: the first half of the keys of
-        :func:`~shardwise.storage.index_cache` and :data:`~shardwise.storage.SUPPLIED`."""
+        :func:`~shardwise.io.stores.index_cache` and :data:`~shardwise.io.stores.SUPPLIED`."""
         return self._token
 
     def shard_index(self, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+from shardwise._buffers import scratch
 from shardwise.errors import (
     ChecksumError,
     CorruptShardError,
@@ -32,7 +33,7 @@ from shardwise.errors import (
     UnsupportedCodecError,
     WriteError,
 )
-from shardwise.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries, crc32c
+from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries, crc32c
 
 __all__ = [
     "ChunkDecoder",
@@ -778,22 +779,6 @@ def _transpose_step(inverse: tuple[int, ...]) -> Callable[[Any, _Context], Any]:
     return step
 
 
-_SCRATCH = threading.local()
-SCRATCH_LIMIT = 256 * 2**20  # larger buffers are allocated for the one use
-
-
-def _scratch(nbytes: int, slot: str = "decode") -> npt.NDArray[np.uint8]:
-    """A per-thread buffer of at least ``nbytes``, reused from call to call (one per
-    ``slot``, so decoding and encoding never share one). Reusing it spares a fresh
-    allocation, and in dask workers (where glibc maps every large buffer anew) the page
-    faults of touching it."""
-    buf: npt.NDArray[np.uint8] | None = getattr(_SCRATCH, slot, None)
-    if buf is None or buf.size < nbytes:
-        buf = np.empty(nbytes, dtype=np.uint8)
-        setattr(_SCRATCH, slot, buf)
-    return buf[:nbytes]
-
-
 def decoded_size(name: str, data: Bytes) -> int | None:
     """The decompressed size a zstd frame, gzip member or blosc buffer declares in its
     header or trailer, or None when it does not say."""
@@ -827,7 +812,7 @@ def _decompress_to_array_step(
     expected = to_array.expected
 
     def step(data: Bytes, ctx: _Context) -> npt.NDArray[Any]:
-        out = _scratch(expected) if ctx.scratch else np.empty(expected, dtype=np.uint8)
+        out = scratch(expected) if ctx.scratch else np.empty(expected, dtype=np.uint8)
         n = dec.into(data, out, ctx, True)
         return to_array(out[:n], ctx)
 
@@ -1133,7 +1118,7 @@ class ChunkEncoder(_ChunkCodec):
         for order in orders:
             arr = arr.transpose(order)
         if not (arr.flags.c_contiguous and arr.dtype == stored):
-            data = _scratch(arr.size * stored.itemsize, "encode").view(stored).reshape(arr.shape)
+            data = scratch(arr.size * stored.itemsize, "encode").view(stored).reshape(arr.shape)
             np.copyto(data, arr, casting="unsafe")
             return data
         return arr

@@ -1,7 +1,7 @@
 """``shardwise.verify``: check every shard of a store, report the bad ones.
 
 For each Zarr v3 array under a group (or each array of a store of the 2022 sharding
-draft, :mod:`shardwise.legacy`, whose indexes and chunks carry no checksums), every stored shard (found by listing the array's
+draft, :mod:`shardwise.io.draft`, whose indexes and chunks carry no checksums), every stored shard (found by listing the array's
 keys, so missing shards cost nothing) is checked with as few bytes as the checks need:
 
 - the shard index: its size, its crc32c (when the index codecs have one), and every
@@ -27,7 +27,7 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise.errors import ShardwiseError
-from shardwise.index import EMPTY
+from shardwise.format.index import EMPTY
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -92,9 +92,9 @@ def verify(
     that cannot be read included (its arrays' shards are then not checked)."""
 
     from shardwise.errors import NotAZarrStoreError
-    from shardwise.legacy import is_draft_root
-    from shardwise.metadata import metadata_key
-    from shardwise.storage import read_only_store_path
+    from shardwise.format.metadata import metadata_key
+    from shardwise.io.draft import is_draft_root
+    from shardwise.io.stores import read_only_store_path
 
     try:
         where = read_only_store_path(store, storage_options)
@@ -136,7 +136,7 @@ def verify(
 
 
 def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
-    from shardwise.legacy import DraftStore
+    from shardwise.io.draft import DraftStore
 
     try:
         return DraftStore.open(store, storage_options)
@@ -148,7 +148,7 @@ def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) ->
     """A store of the 2022 sharding draft: the same checks on every array under
     ``group``, except that draft indexes and chunks have no checksums to check."""
 
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     todo = [group]
     while todo:
@@ -185,8 +185,8 @@ async def _documents(store: Any, base: str) -> dict[str, bytes]:
 def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> Any:
     """The reader of the Zarr v3 array a document describes (None for a group, or for a
     document that cannot be read, which becomes a problem in ``report``)."""
-    from shardwise.metadata import read_document
-    from shardwise.reader import ArrayReader
+    from shardwise.format.metadata import read_document
+    from shardwise.io.reader import ArrayReader
 
     name = key.removesuffix("zarr.json").strip("/") or "/"
     try:
@@ -283,7 +283,7 @@ def _check(
     whole: bool,
     crc_only: bool,
 ) -> None:
-    from shardwise.codecs import ShardDecoder
+    from shardwise.codecs.chunk import ShardDecoder
 
     info = reader.info
     data, size, _, _ = got
@@ -329,7 +329,7 @@ def _check_chunk(
 ) -> None:
     """Decode the chunk, or (``crc_only``) check just its trailing crc32c, the way a
     read does, raising what a read would."""
-    from shardwise.codecs import _Context, _verify_crc32c
+    from shardwise.codecs.chunk import _Context, _verify_crc32c
 
     if crc_only:
         _verify_crc32c(raw, _Context(decoder.array, key, chunk))

@@ -688,11 +688,11 @@ def inventory(run: Run, path: str, variable: str | None, group: str | None, out:
     """The stored inner chunks of an array of PATH: a summary, and with --out the
     table of every inner chunk (stored or not, its bytes, its shard)."""
     import shardwise
-    from shardwise.catalog import summary, totals
+    from shardwise.tools.inventory import summary, totals
 
     engine = None if out is None else _table_engine(out)  # refused before the scan
     if out is not None:  # the table is never written into (or around) the store read
-        from shardwise.storage import check_apart, location
+        from shardwise.io.stores import check_apart, location
 
         check_apart(location(path, None, run.storage_options(path)), location(out), what="--out")
     where, options = _on_workers(run, path), run.storage_options(path)

@@ -7,7 +7,7 @@ dimension is padded up to a multiple of the inner chunk (the grid may reach past
 array's end, as the spec allows).
 
 This module is arithmetic on edges and the scoped switch of zarr-python's
-``array.rectilinear_chunks`` flag; :mod:`shardwise.api` applies it to xarray's
+``array.rectilinear_chunks`` flag; :mod:`shardwise.xarray.api` applies it to xarray's
 metadata step.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise.errors import WriteError
-from shardwise.layout import auto_chunks
+from shardwise.format.grid import auto_chunks
 
 __all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad", "write_grid"]
 

@@ -43,17 +43,17 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise.errors import CorruptShardError, ShardwiseError, TooLargeError, TruncatedShardError
-from shardwise.index import EMPTY, IndexFormat, check_entries
-from shardwise.layout import INT64_MAX, check_chunks_per_shard
-from shardwise.metadata import metadata_key
-from shardwise.sources import open_source
+from shardwise.format.grid import INT64_MAX, check_chunks_per_shard
+from shardwise.format.index import EMPTY, IndexFormat, check_entries
+from shardwise.format.metadata import metadata_key
+from shardwise.io.sources import open_source
 
 if TYPE_CHECKING:
     import xarray as xr
 
-    from shardwise.layout import DimGrid
-    from shardwise.metadata import ArrayInfo
-    from shardwise.sources import Source
+    from shardwise.format.grid import DimGrid
+    from shardwise.format.metadata import ArrayInfo
+    from shardwise.io.sources import Source
 
 __all__ = [
     "INVENTORY_CELLS",
@@ -181,7 +181,7 @@ def index_format(
 ) -> IndexFormat:
     """The index format of one shard of a sharded array (shards of a rectilinear grid
     hold different numbers of inner chunks); ``cache`` keeps one per shape."""
-    from shardwise.codecs import index_format_from_codecs
+    from shardwise.codecs.chunk import index_format_from_codecs
 
     codec = info.sharding
     assert codec is not None
@@ -210,7 +210,7 @@ async def _probe_one(
     shard; None when it disappeared since the listing."""
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.reader import read_index_region
+    from shardwise.io.reader import read_index_region
 
     ones = (1,) * info.ndim
     if info.sharding is None:  # a chunk: its size is all there is to know

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import RegionConflictError, UnsupportedArrayError, WriteError
-from shardwise.layout import ShardLayout
-from shardwise.metadata import ArrayInfo
+from shardwise.format.grid import ShardLayout
+from shardwise.format.metadata import ArrayInfo
 
 __all__ = ["check_regions", "shared_shards"]
 
@@ -50,7 +50,7 @@ def _grids(
     """The arrays directly in the group (those in ``variables``, when given)."""
     import zarr
 
-    from shardwise.rectilinear import enabled
+    from shardwise.format.rectilinear import enabled
 
     with enabled():  # zarr-python reads rectilinear grids only with its flag on
         root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)

@@ -37,11 +37,11 @@ import numpy.typing as npt
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
-from shardwise.storage import SUPPLIED
+from shardwise.io.stores import SUPPLIED
 
 if TYPE_CHECKING:
-    from shardwise.layout import DimGrid
-    from shardwise.reader import ArrayReader
+    from shardwise.format.grid import DimGrid
+    from shardwise.io.reader import ArrayReader
 
 __all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array"]
 

@@ -2,8 +2,8 @@
 not, regular or rectilinear grids), Zarr v2, and stores of the 2022 sharding draft.
 
 :func:`open_source` walks a hierarchy once and gives every array as an
-:class:`~shardwise.metadata.ArrayInfo` (a :class:`~shardwise.v2.V2ArrayInfo` or
-:class:`~shardwise.legacy.DraftArrayInfo` for the older formats) whose ``key`` names
+:class:`~shardwise.format.metadata.ArrayInfo` (a :class:`~shardwise.format.v2.V2ArrayInfo` or
+:class:`~shardwise.io.draft.DraftArrayInfo` for the older formats) whose ``key`` names
 its objects in the store, so the reader, ``inventory`` and ``reshard`` treat the kinds
 alike. Arrays shardwise cannot read (strings, objects) are listed with the reason.
 """
@@ -15,11 +15,11 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
-from shardwise.metadata import PARSE_ERRORS, ArrayInfo, metadata_error, parse_document
-from shardwise.names import node_name, node_path
-from shardwise.storage import read_only_store_path
-from shardwise.v2 import array_info as v2_info
-from shardwise.v2 import parse_documents
+from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, parse_document
+from shardwise.format.names import node_name, node_path
+from shardwise.format.v2 import array_info as v2_info
+from shardwise.format.v2 import parse_documents
+from shardwise.io.stores import metadata_error, read_only_store_path
 
 __all__ = ["Source", "open_source"]
 
@@ -64,7 +64,7 @@ def open_source(
 ) -> Source:
     """Walk the hierarchy under ``group`` of ``store`` (a path, URL or zarr ``Store``).
 
-    Every node name found is checked (:mod:`shardwise.names`): a store holding a name
+    Every node name found is checked (:mod:`shardwise.format.names`): a store holding a name
     that could reach outside its root (``..``, an empty name, a backslash...) is refused
     with :class:`~shardwise.errors.UnsafeNameError` naming it and where it was found, and
     so is a ``group`` breaking the same rules. A damaged document of an array or group
@@ -72,8 +72,8 @@ def open_source(
     damaged is a refusal naming it."""
     import zarr
 
-    from shardwise.legacy import DraftStore
-    from shardwise.rectilinear import enabled
+    from shardwise.format.rectilinear import enabled
+    from shardwise.io.draft import DraftStore
 
     base = node_path((group or "").strip("/"))
     draft = DraftStore.open(store, storage_options)

@@ -6,7 +6,7 @@ branch until ``session.commit``. For a dask write, Icechunk's pattern is a *fork
 ``session.fork()`` gives a picklable ``ForkSession``; every task writes through its copy
 of the fork's store and hands the copy back; the copies are merged and the result is
 merged into the session. shardwise's writer does exactly that (the ``sessions`` mode of
-:func:`shardwise.writer.store_dask_array`), keeping its one-task-per-shard graph, so a
+:func:`shardwise.graph.write.store_dask_array`), keeping its one-task-per-shard graph, so a
 shard is never written by two tasks whose forks would then race ("last one wins" per
 chunk object on merge).
 

@@ -28,9 +28,9 @@ from shardwise.errors import (
     WriteError,
     naming_io_errors,
 )
-from shardwise.metadata import ArrayInfo
-from shardwise.names import key_under, node_path
-from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.names import key_under, node_path
+from shardwise.io.stores import check_apart, check_replaceable, location, read_only_store_path
 
 __all__ = ["MigrationReport", "migrate"]
 
@@ -128,7 +128,7 @@ def migrate(
     import zarr
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.legacy import DraftStore
+    from shardwise.io.draft import DraftStore
 
     draft = DraftStore.open(src, storage_options)
     if draft is None:
@@ -229,7 +229,7 @@ def _graph(tasks: list[tuple[Any, ...]]) -> Any:
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import Task
 
-    from shardwise.writer import wait_for
+    from shardwise.graph.write import wait_for
 
     name = f"shardwise-migrate-{uuid.uuid4().hex}"
     layer: dict[Any, Any] = {
@@ -274,9 +274,9 @@ def _copy_shard(
 ) -> None:
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.codecs import ShardDecoder
-    from shardwise.reader import ArrayReader
-    from shardwise.shard import build_shard, write_order
+    from shardwise.codecs.chunk import ShardDecoder
+    from shardwise.format.shard import build_shard, write_order
+    from shardwise.io.reader import ArrayReader
 
     proto = default_buffer_prototype()
     new_info = ArrayInfo.from_metadata(target, where)

@@ -1,7 +1,7 @@
 """``shardwise.reshard``: any store shardwise reads to sharded Zarr v3, one task per shard.
 
 Sources: Zarr v2, unsharded and sharded Zarr v3 (regular or rectilinear shard grids),
-and stores of the 2022 sharding draft (:mod:`shardwise.sources`). Each array of the
+and stores of the 2022 sharding draft (:mod:`shardwise.io.sources`). Each array of the
 destination is ``sharding_indexed`` with the index at the end and crc32c.
 
 Two ways to fill a target shard, chosen per array before anything is written:
@@ -39,12 +39,12 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise.errors import ShardwiseError, StoreExistsError, WriteError, naming_io_errors
-from shardwise.layout import check_write_geometry
-from shardwise.metadata import ArrayInfo
-from shardwise.names import key_under, node_path
-from shardwise.sources import KINDS, open_source
-from shardwise.storage import check_apart, check_replaceable, location, read_only_store_path
-from shardwise.v2 import V2ArrayInfo
+from shardwise.format.grid import check_write_geometry
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.names import key_under, node_path
+from shardwise.format.v2 import V2ArrayInfo
+from shardwise.io.sources import KINDS, open_source
+from shardwise.io.stores import check_apart, check_replaceable, location, read_only_store_path
 
 __all__ = ["ReshardReport", "reshard"]
 
@@ -176,7 +176,7 @@ def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[Any, ...]:
     zlib codec), or ``bytes`` and the codecs given."""
     from zarr.codecs import BytesCodec
 
-    from shardwise.migrate import recode_zlib
+    from shardwise.tools.migrate import recode_zlib
 
     if codecs is None:
         sharding = info.sharding
@@ -220,8 +220,8 @@ def _plan_array(
     """The target's zarr-python metadata, and whether its chunks can be repacked."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
 
-    from shardwise.layout import auto_chunks, auto_shards
-    from shardwise.rectilinear import enabled
+    from shardwise.format.grid import auto_chunks, auto_shards
+    from shardwise.format.rectilinear import enabled
 
     names = _names(info)
     itemsize = info.dtype.itemsize
@@ -382,7 +382,7 @@ def _prepare(
     from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
-    from shardwise.rectilinear import enabled
+    from shardwise.format.rectilinear import enabled
 
     source = open_source(src, group, storage_options)
     chosen = dict(source.arrays)
@@ -579,7 +579,7 @@ def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
 
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.rectilinear import enabled
+    from shardwise.format.rectilinear import enabled
 
     key = f"{where}/zarr.json"
     buf = _compat.sync(store.get(key, default_buffer_prototype()))
@@ -637,7 +637,7 @@ def _graph(plans: list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, .
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import DataNode, Task, TaskRef
 
-    from shardwise.writer import wait_for
+    from shardwise.graph.write import wait_for
 
     token = uuid.uuid4().hex
     name = f"shardwise-reshard-{token}"
@@ -665,7 +665,7 @@ def _sum(*stats: Stats | None) -> Stats:
 
 def _valid(plan: _ArrayPlan, shard: tuple[int, ...]) -> bool:
     """Whether the destination holds this shard with an index that reads back."""
-    from shardwise.reader import ArrayReader
+    from shardwise.io.reader import ArrayReader
 
     try:
         return ArrayReader(plan.dst_store, plan.dst).shard_index(shard) is not None
@@ -692,9 +692,9 @@ def _reshard_shard(
 def _fill_shard(plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]) -> Stats:
     import numpy as np
 
-    from shardwise.layout import ReadPlan
-    from shardwise.reader import ArrayReader
-    from shardwise.writer import _Target
+    from shardwise.format.grid import ReadPlan
+    from shardwise.graph.write import _Target
+    from shardwise.io.reader import ArrayReader
 
     if plan.resume and _valid(plan, shard):
         return (0, 1, 0, 0, 0, 0)
@@ -777,8 +777,8 @@ def _put(
     """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
     deletes a stale one); returns the bytes written."""
 
-    from shardwise.codecs import ShardDecoder
-    from shardwise.shard import build_shard, write_order
+    from shardwise.codecs.chunk import ShardDecoder
+    from shardwise.format.shard import build_shard, write_order
 
     key = key_under(plan.dst.path, plan.dst.key(shard))  # never outside the array
     decoder = target.decoder(shard)

@@ -26,9 +26,9 @@ import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
-from shardwise.metadata import ArrayInfo
-from shardwise.names import node_name, node_path
-from shardwise.v2 import compressor_codecs, equivalent_metadata
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.names import node_name, node_path
+from shardwise.format.v2 import compressor_codecs, equivalent_metadata
 
 __all__ = [
     "DRAFT_FORMAT",
@@ -225,7 +225,7 @@ class DraftStore:
     def open(cls, store: Any, storage_options: dict[str, Any] | None = None) -> DraftStore | None:
         """The draft store at ``store`` (a path, URL or ``Store``), or None when what is
         there is not a draft store."""
-        from shardwise.storage import read_only_store_path
+        from shardwise.io.stores import read_only_store_path
 
         try:
             where = read_only_store_path(store, storage_options)

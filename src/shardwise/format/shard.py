@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.codecs import SCRATCH_LIMIT
-from shardwise.index import IndexFormat
-from shardwise.layout import check_chunks_per_shard
+from shardwise._buffers import SCRATCH_LIMIT
+from shardwise.format.grid import check_chunks_per_shard
+from shardwise.format.index import IndexFormat
 
 __all__ = [
     "SCRATCH_LIMIT",
@@ -31,7 +31,7 @@ def write_order(chunks_per_shard: tuple[int, ...], order: str = "morton") -> lis
     ``"morton"`` (Z-order: bits of the coordinates interleaved, dimension 0 lowest, so
     chunks near each other in the array lie near each other in the shard).
     :class:`~shardwise.errors.TooLargeError` past
-    :data:`~shardwise.layout.MAX_CHUNKS_PER_SHARD` inner chunks."""
+    :data:`~shardwise.format.grid.MAX_CHUNKS_PER_SHARD` inner chunks."""
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     ndim = len(chunks_per_shard)
@@ -104,7 +104,7 @@ class ShardBuilder:
     the page faults of touching new memory, which in dask workers (whose allocator
     returns freed memory to the system at once) are paid on every allocation. Encoders
     that know a bound on their output write straight into it
-    (:meth:`shardwise.codecs.ChunkEncoder.encode_into`).
+    (:meth:`shardwise.codecs.chunk.ChunkEncoder.encode_into`).
 
     ``fmt=None`` builds an unsharded chunk: one chunk, no index.
     """

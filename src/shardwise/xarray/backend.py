@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
     from xarray import Dataset, DataTree
 
-    from shardwise.reader import ArrayReader
-    from shardwise.storage import ReadOptions
+    from shardwise.io.reader import ArrayReader
+    from shardwise.io.stores import ReadOptions
 
 __all__ = ["ShardwiseBackendArray", "ShardwiseBackendEntrypoint"]
 
@@ -35,7 +35,7 @@ _ENGINE_KINDS = frozenset("biufcmM")
 
 
 class ShardwiseBackendArray(BackendArray):
-    """A lazily indexed Zarr v3 array read by :class:`shardwise.reader.ArrayReader`.
+    """A lazily indexed Zarr v3 array read by :class:`shardwise.io.reader.ArrayReader`.
 
     Outer indexing is native; xarray's ``explicit_indexing_adapter`` decomposes
     vectorized indexing into an outer read plus an in-memory step. Thread-safe and
@@ -78,8 +78,8 @@ class _ShardwiseDataStore(AbstractDataStore):
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
 
-        from shardwise.metadata import ArrayInfo
-        from shardwise.reader import ArrayReader
+        from shardwise.format.metadata import ArrayInfo
+        from shardwise.io.reader import ArrayReader
 
         variables = dict(self._zarr_store.get_variables())
         members = self._zarr_store.members
@@ -107,7 +107,7 @@ class _ShardwiseDataStore(AbstractDataStore):
 
 
 class _DraftDataStore(AbstractDataStore):
-    """A group of a store of the 2022 sharding draft (:mod:`shardwise.legacy`): the
+    """A group of a store of the 2022 sharding draft (:mod:`shardwise.io.draft`): the
     metadata from its documents, the data by shardwise's readers. Its arrays are read
     as zarr-python 2 read them: ``_ARRAY_DIMENSIONS`` names the dimensions (else
     ``dim_0``, ``dim_1``...) and the fill value is the missing-value mark
@@ -122,7 +122,7 @@ class _DraftDataStore(AbstractDataStore):
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
 
-        from shardwise.reader import ArrayReader
+        from shardwise.io.reader import ArrayReader
 
         variables = {}
         for name in self._draft.arrays(self._group):
@@ -173,7 +173,7 @@ def _io_error(e: BaseException) -> bool:
 
 def _open_draft(filename_or_obj: Any, storage_options: dict[str, Any] | None) -> Any:
     """The store of the 2022 sharding draft at ``filename_or_obj``, or None."""
-    from shardwise.legacy import DraftStore
+    from shardwise.io.draft import DraftStore
 
     try:
         return DraftStore.open(filename_or_obj, storage_options)
@@ -202,7 +202,7 @@ def _preferred_chunks(info: Any) -> tuple[int | tuple[int, ...], ...]:
 
 
 def _read_options(read_options: Any) -> ReadOptions:
-    from shardwise.storage import ReadOptions
+    from shardwise.io.stores import ReadOptions
 
     if read_options is None:
         return ReadOptions()
@@ -217,7 +217,7 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
     from xarray.backends import ZarrStore
 
     from shardwise.errors import NotAZarrStoreError
-    from shardwise.metadata import metadata_key
+    from shardwise.format.metadata import metadata_key
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)
@@ -254,8 +254,9 @@ def _naming_bad_metadata(
     ``TypeError``, ``KeyError``, ``OverflowError``, an unknown codec...) into shardwise's
     error naming the document; anything else passes through unchanged."""
     from shardwise.errors import ShardwiseError
-    from shardwise.metadata import PARSE_ERRORS, metadata_error
-    from shardwise.rectilinear import enabled
+    from shardwise.format.metadata import PARSE_ERRORS
+    from shardwise.format.rectilinear import enabled
+    from shardwise.io.stores import metadata_error
 
     try:
         with enabled():  # zarr-python reads rectilinear grids only with its flag on

@@ -50,17 +50,17 @@ from dask.delayed import Delayed
 
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
-from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
+from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.errors import naming_io_errors
-from shardwise.layout import ShardLayout, check_chunks_per_shard
-from shardwise.metadata import ArrayInfo
-from shardwise.names import key_under
-from shardwise.reader import ArrayReader
-from shardwise.shard import WRITE_ORDERS, ShardBuilder, write_order
-from shardwise.storage import store_token
+from shardwise.format.grid import ShardLayout, check_chunks_per_shard
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.names import key_under
+from shardwise.format.shard import WRITE_ORDERS, ShardBuilder, write_order
+from shardwise.io.reader import ArrayReader
+from shardwise.io.stores import store_token
 
 if TYPE_CHECKING:
-    from shardwise.layout import DimGrid
+    from shardwise.format.grid import DimGrid
 
 __all__ = [
     "FAN_IN",
@@ -603,7 +603,7 @@ def _session_of(parts: _Parts) -> Any:
 def _merge_sessions(*results: Any) -> Any:
     """A done-tree task of a write that collects Icechunk fork sessions: the sessions
     its tasks handed back, merged into one (each distinct object once)."""
-    from shardwise.icechunk import distinct
+    from shardwise.io.icechunk import distinct
 
     forks = distinct(r.session if isinstance(r, _Parts) else r for r in results)
     if not forks:
@@ -1144,7 +1144,7 @@ def finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import Task, TaskRef
 
-    from shardwise.writer import WriteDelayed
+    from shardwise.graph.write import WriteDelayed
 
     name = f"shardwise-finish-{uuid.uuid4().hex}"
     graph = HighLevelGraph.merge(*(w.__dask_graph__() for w in writes))
@@ -1171,7 +1171,7 @@ def data_graph(
     by this call, so no shard of it exists yet). ``store``: write through this store
     instead of the array's (an Icechunk fork's store: the delayed then computes to the
     fork session holding the changes)."""
-    from shardwise.writer import store_dask_array
+    from shardwise.graph.write import store_dask_array
 
     empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     if target.metadata.zarr_format == 3 and source.dtype.kind in FIXED_KINDS:
@@ -1198,7 +1198,7 @@ def _store_aligned(source: Any, target: Any, region: tuple[slice, ...], offset: 
     import dask.array as da
     from dask.core import flatten
 
-    from shardwise.writer import fuse_blockwise, wait_for
+    from shardwise.graph.write import fuse_blockwise, wait_for
 
     grid = getattr(target, "shards", None) or target.chunks
     new_chunks = tuple(
