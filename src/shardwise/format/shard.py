@@ -104,7 +104,7 @@ class ShardBuilder:
     the page faults of touching new memory, which in dask workers (whose allocator
     returns freed memory to the system at once) are paid on every allocation. Encoders
     that know a bound on their output write straight into it
-    (:meth:`shardwise.codecs.chunk.ChunkEncoder.encode_into`).
+    (:meth:`shardwise.codecs.ChunkEncoder.encode_into`).
 
     ``fmt=None`` builds an unsharded chunk: one chunk, no index.
     """

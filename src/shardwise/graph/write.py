@@ -50,7 +50,7 @@ from dask.delayed import Delayed
 
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
-from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
+from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder, is_fill
 from shardwise.errors import naming_io_errors
 from shardwise.format.grid import ShardLayout, check_chunks_per_shard
 from shardwise.format.metadata import ArrayInfo

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise._buffers import SCRATCH_LIMIT, scratch
-from shardwise.codecs.chunk import ChunkDecoder, ShardDecoder
+from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
     CorruptShardError,
     NotAZarrStoreError,

@@ -181,7 +181,7 @@ def index_format(
 ) -> IndexFormat:
     """The index format of one shard of a sharded array (shards of a rectilinear grid
     hold different numbers of inner chunks); ``cache`` keeps one per shape."""
-    from shardwise.codecs.chunk import index_format_from_codecs
+    from shardwise.codecs import index_format_from_codecs
 
     codec = info.sharding
     assert codec is not None

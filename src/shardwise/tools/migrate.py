@@ -274,7 +274,7 @@ def _copy_shard(
 ) -> None:
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.codecs.chunk import ShardDecoder
+    from shardwise.codecs import ShardDecoder
     from shardwise.format.shard import build_shard, write_order
     from shardwise.io.reader import ArrayReader
 

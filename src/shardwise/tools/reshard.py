@@ -777,7 +777,7 @@ def _put(
     """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
     deletes a stale one); returns the bytes written."""
 
-    from shardwise.codecs.chunk import ShardDecoder
+    from shardwise.codecs import ShardDecoder
     from shardwise.format.shard import build_shard, write_order
 
     key = key_under(plan.dst.path, plan.dst.key(shard))  # never outside the array

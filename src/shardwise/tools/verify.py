@@ -283,7 +283,7 @@ def _check(
     whole: bool,
     crc_only: bool,
 ) -> None:
-    from shardwise.codecs.chunk import ShardDecoder
+    from shardwise.codecs import ShardDecoder
 
     info = reader.info
     data, size, _, _ = got
@@ -329,9 +329,9 @@ def _check_chunk(
 ) -> None:
     """Decode the chunk, or (``crc_only``) check just its trailing crc32c, the way a
     read does, raising what a read would."""
-    from shardwise.codecs.chunk import _Context, _verify_crc32c
+    from shardwise.codecs import Context, verify_crc32c
 
     if crc_only:
-        _verify_crc32c(raw, _Context(decoder.array, key, chunk))
+        verify_crc32c(raw, Context(decoder.array, key, chunk))
     else:
         decoder.decode(raw, key=key, chunk=chunk)
