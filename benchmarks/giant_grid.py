@@ -26,16 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from inventory import measure
 from read_throughput import DATA_DIR, machine, timed
 
 SHARD, INNER = 100, 10
@@ -84,22 +83,13 @@ def ensure_store(n: int) -> Path:
     return path
 
 
-def measure(fn: Any, repeats: int) -> tuple[float, Any]:
-    fn()  # warm-up
-    times = []
-    out = None
-    for _ in range(repeats):
-        t, out = timed(fn)
-        times.append(t)
-    return statistics.median(times), out
-
-
 def peak_growth(path: Path) -> float:
     """MiB the peak RSS of a fresh process grows by while it runs info."""
     code = textwrap.dedent(
         f"""
         import resource
-        import dask, numpy, xarray, zarr, shardwise, shardwise.tools.inventory, shardwise.io.reader
+        import dask, numpy, xarray, zarr, shardwise, shardwise.io.reader
+        import shardwise.tools.info, shardwise.tools.inventory
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         shardwise.info({str(path)!r})
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)

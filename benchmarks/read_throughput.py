@@ -316,7 +316,7 @@ def load_compressed(path: Path, chunk_nbytes: int) -> Compressed:
     import zstandard
     from zarr.codecs import BytesCodec, ZstdCodec
 
-    from shardwise.codecs.chunk import index_format_from_codecs
+    from shardwise.codecs import index_format_from_codecs
     from shardwise.format.index import EMPTY
     from shardwise.format.metadata import ArrayInfo
 

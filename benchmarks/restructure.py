@@ -29,7 +29,7 @@ worker process, timed with ``time.perf_counter`` around the work alone:
                 ``dask.compute``, on the store ``write`` makes, written once per tree by
                 that tree
   read-fanout   ``shardwise.open_dataset(store, chunks="inner")`` (one read task per
-                inner chunk below one index task per shard: 512 + 16), then the same sums
+                inner chunk below one index task per shard: 256 + 16), then the same sums
 
 Before the timing, each worker builds (and for ``write`` persists) its dataset and runs
 the same call once on a tiny store, so that first-call imports inside shardwise land in
@@ -47,7 +47,7 @@ Every subprocess runs with ``PYTHONPYCACHEPREFIX=<root>/pycache`` (and bytecode 
 on), so that both trees, and the installed packages, import from cached bytecode
 without anything being written into the trees; the first setup fills that cache. The
 stores are read from the OS page cache (caches are not dropped). Run it on an idle
-machine.
+machine: at the end the script reports how much CPU other processes took meanwhile.
 
 How to run
 ----------
@@ -57,8 +57,9 @@ How to run
     PYTHONPATH=src .venv/bin/python benchmarks/restructure.py setup --dir /tmp/rb/x
     PYTHONPATH=src .venv/bin/python benchmarks/restructure.py one write --dir /tmp/rb/x
 
-The default run (7 timed pairs) takes about 5 minutes on 2 cores and needs about 1 GB
-free under ``--root``. ``one`` prints one JSON line ``{"figure": ..., "seconds": ...}``;
+The default run (7 timed pairs) takes about 5 minutes on an idle 2-core machine (more
+when other processes compete for the cores) and needs about 300 MB free under
+``--root``. ``one`` prints one JSON line ``{"figure": ..., "seconds": ...}``;
 it needs a directory made by ``setup`` for the read figures.
 """
 
@@ -332,6 +333,43 @@ def worker(figure: str, role: str, trees: dict[str, Path], root: Path) -> float:
     return float(doc["seconds"])
 
 
+class CpuMeter:
+    """How busy the machine was, from /proc/stat, and how much of that was this benchmark
+    (the workers, waited for, are counted in ``os.times()``'s children): the rest is
+    other processes competing for the same cores, which makes every figure noisier."""
+
+    def __init__(self) -> None:
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float, float] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split()[1:9]]
+        except (OSError, ValueError):  # not Linux
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = (sum(fields) - fields[3] - fields[4]) / tick  # all but idle and iowait
+        steal = fields[7] / tick
+        t = os.times()
+        ours = t.user + t.system + t.children_user + t.children_system
+        return time.perf_counter(), busy, steal, ours
+
+    def report(self) -> str:
+        end = self._sample()
+        if self.start is None or end is None:
+            return "CPU use: unknown (no /proc/stat)"
+        wall, busy, steal, ours = (b - a for a, b in zip(self.start, end, strict=True))
+        other = max(busy - ours - steal, 0.0)
+        line = (
+            f"CPU during the measurements ({wall:.0f} s, {os.cpu_count()} cores): "
+            f"benchmark {ours / wall:.2f} cores, other processes {other / wall:.2f}, "
+            f"hypervisor steal {steal / wall:.2f}"
+        )
+        if (other + steal) / wall > 0.1:
+            line += "\nWARNING: the machine was not idle; the figures are slower and noisier"
+        return line
+
+
 def machine() -> str:
     from throughput_common import package_versions  # run as a script, this dir is on sys.path
 
@@ -373,6 +411,7 @@ def compare(trees: dict[str, Path], runs: int, root: Path) -> None:
             end="",
         )
     rows = []
+    meter = CpuMeter()
     for figure in FIGURES:
         times: dict[str, list[float]] = {role: [] for role in ROLES}
         for rnd in range(runs + 1):  # round 0: the warm-up pair
@@ -405,6 +444,7 @@ def compare(trees: dict[str, Path], runs: int, root: Path) -> None:
     for figure, b, a, ratio, lo, hi in rows:
         print(f"| {figure} | {b:.3f} | {a:.3f} | {ratio:.3f} | {lo:.3f}-{hi:.3f} |")
     print()
+    print(meter.report())
     print(f"total time {time.perf_counter() - started:.0f} s")
 
 

@@ -58,17 +58,17 @@ from throughput_common import FLOOR_RUNS, CompressFloor, DecodeFloor
 from write_throughput import inner_chunks, two_workers
 
 READ_PROBES = {  # (module, class, function) -> label
-    ("shardwise.codecs.chunk", "ChunkDecoder", "decode"): "decode",
-    ("shardwise.codecs.chunk", "ChunkDecoder", "decode_into"): "decode",
+    ("shardwise.codecs._decode", "ChunkDecoder", "decode"): "decode",
+    ("shardwise.codecs._decode", "ChunkDecoder", "decode_into"): "decode",
     ("shardwise.io.reader", "ArrayReader", "_fetch_local"): "file read",
     ("shardwise.io.reader", "ArrayReader", "_execute"): "execute",
     ("shardwise.io.reader", "ArrayReader", "read"): "read",
 }
 WRITE_PROBES = {
-    ("shardwise.codecs.chunk", "_ZstdEncode", "encode_into"): "compress",
-    ("shardwise.codecs.chunk", "ChunkEncoder", "_serialized"): "gather",
-    ("shardwise.graph.write", "_Target", "keeps"): "empty check",
-    ("shardwise.graph.write", "_Target", "put"): "file write",
+    ("shardwise.codecs._zstd", "ZstdEncode", "encode_into"): "compress",
+    ("shardwise.codecs._encode", "ChunkEncoder", "_serialized"): "gather",
+    ("shardwise.graph.target", "WriteTarget", "keeps"): "empty check",
+    ("shardwise.graph.target", "ShardSink", "put"): "file write",
 }
 
 
@@ -80,7 +80,7 @@ def install(probes: dict[tuple[str, str, str], str]) -> bool:
     import resource
     import threading
 
-    mod = importlib.import_module("shardwise.codecs.chunk")
+    mod = importlib.import_module("shardwise.codecs._decode")
     if getattr(mod, "_task_profile", None) is not None:
         return False
     totals: dict[str, list[float]] = {}
@@ -112,7 +112,7 @@ def install(probes: dict[tuple[str, str, str], str]) -> bool:
 
 def collect() -> dict[str, list[float]]:
     """This worker's totals since the last call (wall s, CPU s, page faults, calls)."""
-    import shardwise.codecs.chunk as mod
+    import shardwise.codecs._decode as mod
 
     totals = dict(mod._task_profile)  # type: ignore[attr-defined]
     mod._task_profile.clear()  # type: ignore[attr-defined]

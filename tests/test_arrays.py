@@ -314,3 +314,69 @@ def test_threads_scheduler_and_memory_store():
             da.from_array(data, chunks=(6, 20)), store, path="v", shards=(10, 10), chunks=(5, 5)
         )
         np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), data)
+
+
+# -- the write planner the dask-array and xarray paths share (shardwise.array.plan) ---------
+def test_plan_default_mode_is_the_same_for_both_paths():
+    from shardwise.array.plan import default_mode
+
+    assert default_mode(None, None, None) == "w-"
+    assert default_mode(None, (slice(0, 2),), None) == "r+"
+    assert default_mode(None, None, 0) == "a"
+    assert default_mode(None, (slice(0, 2),), 0) == "a"  # both: each path then refuses
+    assert default_mode("w", (slice(0, 2),), 0) == "w"
+
+
+def test_plan_grids_from_dask_chunks():
+    from shardwise.array.plan import dask_edges, dask_grid, padded_edges
+
+    assert dask_grid(((20, 20, 5), (40,), ())) == (20, 40, 1)
+    edges = dask_edges("v", ["a", "b", "c"], ((10, 20, 5), (8, 8, 4), (7,)))
+    assert edges == ((10, 20, 5), 8, (7,))
+    assert padded_edges(edges, (5, 4, 4)) == ((10, 20, 5), 8, (8,))
+    assert padded_edges(edges, (5, 4, 4), collapse=True) == ((10, 20, 5), 8, 8)
+    with pytest.raises(WriteError, match="a dask chunk of size 0 cannot become a shard"):
+        dask_edges("v", ["a"], ((3, 0, 2),))
+
+
+def test_plan_regions_and_dtypes():
+    from shardwise.array.plan import castable, region_bounds
+
+    assert region_bounds(slice(None), 10) == (0, 10)
+    assert region_bounds(slice(-4, None), 10) == (6, 10)
+    assert region_bounds(slice(5, 2), 10) == (5, 2)  # each path measures it itself
+    assert region_bounds(slice(0, 11), 10) is None
+    assert region_bounds(slice(-11, 3), 10) is None
+    assert castable(np.dtype("f8"), np.dtype("f4")) and castable(np.dtype("i2"), np.dtype("f8"))
+    assert not castable(np.dtype("f4"), np.dtype("i4"))
+    assert not castable(np.dtype("c8"), np.dtype("f8"))
+
+
+def test_plan_appended_grid_keeps_regular_dimensions_only_when_asked(tmp_path):
+    from shardwise.array.plan import appended_grid, rectilinear
+
+    x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (10, 10)))
+    arr = shardwise.to_zarr(x, tmp_path / "s.zarr", path="v")
+    with enabled():
+        meta = zarr.open_array(tmp_path / "s.zarr", path="v", mode="r").metadata
+    assert rectilinear(meta)
+    grown = appended_grid(meta, "v", ["a", "b"], 0, (5, 15))
+    assert grown is not None and tuple(grown[0][:3]) == (10, 20, 10)
+    assert appended_grid(meta, "v", ["a", "b"], 1, (10,), keep_regular=True) is None
+    assert appended_grid(meta, "v", ["a", "b"], 1, (10,)) is not None
+    del arr
+
+
+def test_both_paths_plan_the_same_rectilinear_grid(tmp_path):
+    """One planner: the same irregular dask chunks become the same shards and inner
+    chunks whether written as a dask array or as a Dataset variable."""
+    import xarray as xr
+
+    x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (8, 8, 4)))
+    shardwise.to_zarr(x, tmp_path / "a.zarr", path="v")
+    shardwise.to_zarr(xr.Dataset({"v": (("y", "x"), x)}), tmp_path / "b.zarr", consolidated=False)
+    with enabled():
+        a = zarr.open_array(tmp_path / "a.zarr", path="v", mode="r").metadata
+        b = zarr.open_array(tmp_path / "b.zarr", path="v", mode="r").metadata
+    assert a.chunk_grid == b.chunk_grid
+    assert a.sharding_codec.chunk_shape == b.sharding_codec.chunk_shape

@@ -30,14 +30,14 @@ from click.testing import CliRunner
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
 import shardwise
-from shardwise.cli.commands import (
+from shardwise.cli.options import (
     codec_option,
     parse_codec,
     parse_sizes,
     parse_storage_options,
-    shared_options,
     sizes_option,
 )
+from shardwise.cli.run import shared_options
 
 SCRIPT = Path(sys.executable).parent / "shardwise"
 LEGACY = Path(__file__).parent / "data" / "legacy"

@@ -9,7 +9,7 @@ import zarr
 from zarr.codecs import BytesCodec, GzipCodec, ZstdCodec
 
 from shardwise import CorruptShardError
-from shardwise.codecs.chunk import ChunkDecoder, decoded_size
+from shardwise.codecs import ChunkDecoder, decoded_size
 
 zstandard = pytest.importorskip("zstandard")
 
@@ -99,7 +99,7 @@ def one_chunk_array(path, codecs):
 
 @pytest.mark.parametrize("fill", [np.nan, 0.0, -1.0])
 def test_is_fill(fill):
-    from shardwise.codecs.chunk import is_fill
+    from shardwise.codecs import is_fill
 
     a = np.full((4, 5), fill)
     assert is_fill(a, fill) and is_fill(a[:, 1:3], fill) and is_fill(a[:0], fill)
@@ -126,7 +126,7 @@ def test_encoder_output_decodes_with_zarr(tmp_path, codecs):
     """What ChunkEncoder's fast path writes, zarr-python reads (as an unsharded chunk)."""
     import pickle
 
-    from shardwise.codecs.chunk import ChunkEncoder
+    from shardwise.codecs import ChunkEncoder
 
     data = np.arange(24.0).reshape(6, 4)
     arr = one_chunk_array(tmp_path / "b", codecs)

@@ -63,7 +63,7 @@ from shardwise import (
     UnsupportedArrayError,
     UnsupportedCodecError,
 )
-from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder, ShardDecoder
+from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
 from shardwise.format.index import EMPTY, IndexFormat, check_entries
 from shardwise.format.metadata import ArrayInfo
 from shardwise.xarray.backend import _ENGINE_KINDS

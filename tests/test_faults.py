@@ -36,7 +36,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
-from shardwise.codecs.chunk import ShardDecoder
+from shardwise.codecs import ShardDecoder
 from shardwise.format.metadata import ArrayInfo
 
 from clusters import CLUSTER_OPTIONS

@@ -233,7 +233,7 @@ def run_limited(code: str, headroom: int = 2 << 30, seconds: int = 60) -> str:
         f"""
         import resource, signal
         import dask, numpy, xarray, zarr, shardwise, shardwise.io.reader, shardwise.xarray.backend
-        import shardwise.tools.inventory, shardwise.tools.verify
+        import shardwise.tools.info, shardwise.tools.inventory, shardwise.tools.verify
         with open("/proc/self/status") as f:
             vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
         resource.setrlimit(resource.RLIMIT_AS, (vm + {headroom}, vm + {headroom}))

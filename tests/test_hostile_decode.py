@@ -46,7 +46,8 @@ from zarr.core.dtype import Float64, UInt8
 
 import shardwise
 from shardwise import ArrayReader, CorruptShardError, ReadOptions, TruncatedShardError
-from shardwise.codecs.chunk import ChunkDecoder, ShardDecoder, _compressed_bound
+from shardwise.codecs import ChunkDecoder, ShardDecoder
+from shardwise.codecs._decompress import compressed_bound
 from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat
 from shardwise.testing import CountingStore
 from test_corruption import READERS  # the four read paths: whole shards, ranges, engine, fan-out
@@ -221,7 +222,7 @@ def raised(read: Callable[[Path], Any], path: Path, cls: type[Exception]) -> Any
 @pytest.mark.parametrize("bomb", list(bombs()))
 def test_bomb_in_a_shard_is_a_corrupt_chunk(tmp_path, pristine, bomb, reader) -> None:
     codec, frame = bombs()[bomb]
-    assert len(frame) <= _compressed_bound(CHUNK_BYTES)  # the index check lets it pass
+    assert len(frame) <= compressed_bound(CHUNK_BYTES)  # the index check lets it pass
     path = tmp_path / "s.zarr"
     shutil.copytree(pristine(codec), path)
     replace_chunk(path / KEY, CHUNK, frame)
@@ -258,12 +259,12 @@ def test_verify_decode_reports_the_bomb(tmp_path, pristine, bomb) -> None:
 def test_declared_size_is_refused_before_decompressing(monkeypatch) -> None:
     """A zstd frame or blosc header claiming more than the chunk never reaches the
     decompressor."""
-    import shardwise.codecs.chunk as codecs
+    import shardwise.codecs._decompress as decompress
 
     def fail(*args: Any) -> Any:
         raise AssertionError("decompressed")
 
-    monkeypatch.setattr(codecs, "_zstd_decompress_into", fail)
+    monkeypatch.setattr(decompress, "zstd_decompress_into", fail)
     monkeypatch.setattr(numcodecs.Blosc, "decode", fail)
     claims = {
         "zstd": zstd_rle_frame(1 << 20, declare=True, claim=1 << 40),
@@ -326,8 +327,8 @@ def test_bomb_in_a_nested_shard() -> None:
     # a nested shard compressed as a whole: at most what the nested shard can take
     dec = _decoder([codec, ZstdCodec()])
     bound = ShardDecoder(codec, INNER, Float64(), 0.0).max_nbytes
-    per_chunk = _compressed_bound(4 * 4 * 8)
-    assert bound == _compressed_bound(IndexFormat((2, 2)).nbytes + 4 * per_chunk)
+    per_chunk = compressed_bound(4 * 4 * 8)
+    assert bound == compressed_bound(IndexFormat((2, 2)).nbytes + 4 * per_chunk)
     good = numcodecs.Zstd().encode(
         np.frombuffer(
             _nested_shard([BytesCodec(), ZstdCodec()], numcodecs.Zstd().encode(np.ones((4, 4))))[1],
@@ -364,7 +365,7 @@ def _tail_chains() -> dict[str, tuple[list[Any], int, bool]]:
         "scale-offset-int16": ([scaled, BytesCodec(), GzipCodec()], CHUNK_BYTES // 4, True),
         "shuffle": (
             [BytesCodec(), Shuffle(elementsize=8), ZstdCodec()],
-            _compressed_bound(CHUNK_BYTES),
+            compressed_bound(CHUNK_BYTES),
             False,
         ),
     }
@@ -374,7 +375,7 @@ def _tail_chains() -> dict[str, tuple[list[Any], int, bool]]:
 def test_compressor_ending_a_zarr_pipeline_chain_is_bounded(chain) -> None:
     """Zarr v2 filters (numcodecs' delta, fixed scale-offset...) before a compressor:
     zarr-python decodes the filters, shardwise the compressor, with a bound."""
-    from shardwise.codecs.chunk import ChunkEncoder
+    from shardwise.codecs import ChunkEncoder
 
     codecs, limit, exact = _tail_chains()[chain]
     dec = _decoder(codecs)
@@ -576,7 +577,7 @@ def test_compressed_bound_holds_for_incompressible_chunks() -> None:
     for n in [0, 1, 100, 4096, 1 << 16, (1 << 20) + 7]:
         raw = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
         for encode in ENCODERS.values():
-            assert len(encode(raw)) <= _compressed_bound(n), (encode, n)
+            assert len(encode(raw)) <= compressed_bound(n), (encode, n)
 
 
 # -- index entries that overflow or claim too much ---------------------------------------
@@ -618,11 +619,11 @@ def test_bad_entries_are_refused_before_any_chunk_request(tmp_path, pristine, of
 def test_decode_index_bounds() -> None:
     codec = ShardingCodec(chunk_shape=(8, 8), codecs=[BytesCodec(), ZstdCodec()])
     dec = ShardDecoder(codec, (16, 16), Float64(), 0.0, array="v")
-    assert dec.chunk.max_encoded == _compressed_bound(CHUNK_BYTES)
+    assert dec.chunk.max_encoded == compressed_bound(CHUNK_BYTES)
     table = FMT.empty_table()
-    table[0, 0] = (0, _compressed_bound(CHUNK_BYTES))
+    table[0, 0] = (0, compressed_bound(CHUNK_BYTES))
     dec.decode_index(FMT.encode(table), shard_nbytes=None, key=KEY)  # the most allowed
-    table[0, 0] = (0, _compressed_bound(CHUNK_BYTES) + 1)
+    table[0, 0] = (0, compressed_bound(CHUNK_BYTES) + 1)
     with pytest.raises(CorruptShardError, match="larger than its codecs make one") as info:
         dec.decode_index(FMT.encode(table), shard_nbytes=None, key=KEY)
     assert (info.value.key, info.value.chunk) == (KEY, (0, 0))

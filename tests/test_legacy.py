@@ -11,6 +11,7 @@ import numcodecs
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
@@ -308,3 +309,33 @@ def test_bad_index_entries_are_errors_naming_array_key_and_chunk(tmp_path, edit,
     assert err.value.chunk == chunk
     report = shardwise.verify(path, decode=True)
     assert report.bad_keys == ["data/root/none/c0/0"]
+
+
+# -- the one opener: store, path and format ---------------------------------------------------
+def test_open_store_tells_the_formats_apart(tmp_path):
+    from shardwise.io.open import DRAFT, V2, V3, open_store
+
+    draft = open_store(LEGACY / "hierarchy")
+    assert (draft.format, draft.document, draft.root, draft.prefix) == (DRAFT, "zarr.json", "", "")
+    assert open_store(LEGACY / "hierarchy", group="surface").format == DRAFT  # the whole store
+
+    zarr.create_group(tmp_path / "v3.zarr").create_group("g")
+    assert open_store(tmp_path / "v3.zarr").format == V3
+    found = open_store(tmp_path / "v3.zarr", group="/g/")
+    assert (found.format, found.document, found.path) == (V3, "zarr.json", "g")
+    assert open_store(tmp_path / "v3.zarr", group="nothing").format is None
+
+    zarr.create_array(tmp_path / "v2.zarr", shape=(2,), dtype="i1", zarr_format=2)
+    found = open_store(tmp_path / "v2.zarr")
+    assert (found.format, found.document) == (V2, ".zarray")
+    assert open_store(tmp_path / "absent.zarr") is None
+
+
+def test_opening_a_draft_store_reads_one_document():
+    from shardwise.io.draft import DraftStore
+
+    store = CountingStore(LocalStore(LEGACY / "hierarchy", read_only=True))
+    draft = DraftStore.open(store)
+    assert draft is not None and draft.prefix == ""
+    assert [(r.op, r.key) for r in store.log.requests] == [("get", "zarr.json")]
+    assert DraftStore.open(zarr.storage.MemoryStore()) is None

@@ -330,3 +330,75 @@ def test_overwrite_on_s3_removes_only_what_is_under_dst(s3, bucket, tmp_path, cl
         overwrite()
     fs.invalidate_cache()
     assert keep <= set(_keys(s3, bucket))
+
+
+# -- the store layer's state: one owner per process ---------------------------------------------
+def test_index_state_has_one_owner_and_reads_the_environment_on_first_use():
+    import subprocess
+    import sys
+
+    from shardwise.io import cache, stores
+
+    owner = cache.process_indexes()
+    assert stores.SUPPLIED is owner.supplied and stores.IN_FLIGHT is owner.in_flight
+    assert shardwise.index_cache() is owner.cache is stores.index_cache()
+    code = (
+        "import os, shardwise\n"
+        "from shardwise.io import stores\n"
+        "os.environ['SHARDWISE_INDEX_CACHE_BYTES'] = '4096'\n"
+        "print(shardwise.index_cache().max_bytes)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "4096"  # read when the cache is first used, not at import
+
+
+def test_loads_in_flight_are_shared_per_loop_across_threads():
+    import asyncio
+    import threading
+
+    from shardwise.io.cache import InFlight
+
+    flight = InFlight()
+    calls = []
+
+    async def load():
+        calls.append(threading.get_ident())
+        await asyncio.sleep(0.01)
+        return len(calls)
+
+    async def many():
+        return await asyncio.gather(*(flight.run("k", load) for _ in range(20)))
+
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(asyncio.run(many()))) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 4  # one load per event loop, whatever the threads
+    assert all(len(set(r)) == 1 for r in results) and len(flight) == 0
+
+
+def test_metadata_keys_lists_documents_to_a_depth(tmp_path):
+    import asyncio
+
+    from zarr.storage import LocalStore
+
+    from shardwise.io.listing import folder, list_keys, metadata_keys
+
+    root = zarr.create_group(tmp_path / "h.zarr")
+    root.create_group("a").create_group("b").create_array("c", shape=(2,), dtype="i1")
+    root.create_group("ab")
+    store = LocalStore(tmp_path / "h.zarr")
+    assert folder("/a/b/") == "a/b/" and folder("") == ""
+    assert sorted(asyncio.run(metadata_keys(store, ""))) == [
+        "a/b/c/zarr.json",
+        "a/b/zarr.json",
+        "a/zarr.json",
+        "ab/zarr.json",
+        "zarr.json",
+    ]
+    assert sorted(asyncio.run(metadata_keys(store, "a", 1))) == ["a/b/zarr.json", "a/zarr.json"]
+    assert "ab/zarr.json" not in asyncio.run(list_keys(store, folder("a")))

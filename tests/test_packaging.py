@@ -47,7 +47,10 @@ def test_sdist_and_wheel_build_and_pass_twine_check(dist):
     (sdist,) = dist.glob("shardwise-*.tar.gz")
     run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist)
     names = zipfile.ZipFile(wheel).namelist()
-    assert "shardwise/py.typed" in names and "shardwise/arrays.py" in names
+    assert "shardwise/py.typed" in names
+    # every layer package is in the wheel
+    for layer in ("format", "codecs", "io", "graph", "array", "xarray", "tools", "cli"):
+        assert f"shardwise/{layer}/__init__.py" in names, layer
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "notebooks/"))]
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()

@@ -193,7 +193,7 @@ def test_inner_chunks_filling_contiguous_rows_decode_in_place(tmp_path, monkeypa
     import zarr
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
-    from shardwise.codecs.chunk import ChunkDecoder
+    from shardwise.codecs import ChunkDecoder
     from shardwise.io.reader import ArrayReader
 
     values = np.random.default_rng(3).normal(size=(70, 12)).astype("f4")
@@ -230,3 +230,56 @@ def test_inner_chunks_filling_contiguous_rows_decode_in_place(tmp_path, monkeypa
             assert placed and in_place == []  # columns cut: every chunk is copied
         if sel == np.s_[64:70]:
             assert in_place == [(0, 0)]  # the array's edge cuts (1, 0): copied
+
+
+@pytest.mark.parametrize("location", ["start", "end"])
+def test_one_index_reader(tmp_path, location):
+    """Every index read (the reader's, inventory's, verify's) is read_shard_index: one
+    ranged request of the index's bytes, checked, the same table as parsing the whole
+    object; none for an object the caller knows is shorter than its index; None for
+    an absent shard; store errors named as a read's only when asked."""
+    import asyncio
+
+    import zarr
+
+    from shardwise.errors import StoreIOError, TruncatedShardError
+    from shardwise.io.reader import ArrayReader
+    from shardwise.io.shard_index import Tally, read_shard_index
+
+    arr = zarr.create_array(
+        tmp_path / "a",
+        shape=(8,),
+        chunks=(2,),
+        shards={"shape": (4,), "index_location": location},
+        dtype="f8",
+        fill_value=0,
+    )
+    arr[...] = np.arange(8.0)
+    store = CountingStore(LocalStore(tmp_path / "a", read_only=True))
+    decoder = ArrayReader.open(store).decoder((0,))
+    fmt = decoder.index
+    tally = Tally()
+    table = asyncio.run(read_shard_index(store, "c/1", fmt, array="a", tally=tally))
+    expected_range = f"[0, {fmt.nbytes})" if location == "start" else f"last {fmt.nbytes}"
+    store.log.clear()
+    asyncio.run(read_shard_index(store, "c/1", fmt, array="a"))
+    assert [(r.key, r.byte_range) for r in store.log.gets()] == [("c/1", expected_range)]
+    assert (tally.requests, tally.nbytes) == (1, fmt.nbytes)
+    whole = (tmp_path / "a" / "c" / "1").read_bytes()
+    np.testing.assert_array_equal(table, decoder.parse(whole, key="c/1")[1])
+
+    store.log.clear()
+    with pytest.raises(TruncatedShardError, match="shorter than its index"):
+        asyncio.run(read_shard_index(store, "c/1", fmt, size=fmt.nbytes - 1))
+    assert store.log.gets() == []
+    assert asyncio.run(read_shard_index(store, "c/9", fmt)) is None
+
+    class Failing(CountingStore):
+        async def get(self, key, prototype, byte_range=None):
+            raise PermissionError("no")
+
+    failing = Failing(LocalStore(tmp_path / "a", read_only=True))
+    with pytest.raises(PermissionError):
+        asyncio.run(read_shard_index(failing, "c/1", fmt))
+    with pytest.raises(StoreIOError, match="c/1"):
+        asyncio.run(read_shard_index(failing, "c/1", fmt, array="a", name_errors=True))

@@ -18,10 +18,10 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import StoreExistsError, WriteError
-from shardwise.codecs.chunk import ShardDecoder
+from shardwise.codecs import ShardDecoder
+from shardwise.format.grid import auto_chunks, auto_shards
 from shardwise.format.metadata import ArrayInfo
 from shardwise.testing import CountingStore
-from shardwise.xarray.api import auto_chunks, auto_shards
 
 
 def table(nt=1000, nx=50, chunks=30, seed=0):

@@ -208,3 +208,17 @@ def test_decode_through_zarr_pythons_pipeline(tmp_path):
         report = shardwise.verify(tmp_path / "z.zarr", decode=True)
     assert report.ok, report
     assert report.chunks == 8
+
+
+def test_a_shard_shorter_than_its_index(tmp_path):
+    """A shard shorter than its index is named as such by verify (its size, asked
+    first, tells: no read of the index), and by inventory from the listing's sizes: the
+    one index reader both use."""
+    path = make(tmp_path / "s.zarr", crc_chunks=False)
+    (path / "c" / "1" / "0").write_bytes(b"short")
+    report = shardwise.verify(tmp_path / "s.zarr")
+    (problem,) = report.problems
+    assert problem.key == "v/c/1/0" and problem.error == "TruncatedShardError"
+    assert "shorter than its index" in problem.message
+    with pytest.raises(shardwise.TruncatedShardError, match="shorter than its index"):
+        shardwise.inventory(tmp_path / "s.zarr")

@@ -12,11 +12,15 @@ from hypothesis import strategies as st
 from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
 from zarr.storage import LocalStore, MemoryStore
 
+from shardwise.errors import StoreIOError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.index import IndexFormat
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.shard import assemble_shard, write_order
-from shardwise.graph.write import batch_bounds, plan_write, split_block, store_dask_array
+from shardwise.graph.plan import batch_bounds, plan_write, split_block
+from shardwise.graph.plan import shard_box as planned_box
+from shardwise.graph.target import ShardSink
+from shardwise.graph.write import store_dask_array
 from shardwise.io.reader import ArrayReader
 from shardwise.testing import CountingStore
 
@@ -106,6 +110,37 @@ def test_misaligned_chunks_one_put_per_nonempty_shard(tmp_path):
     assert "c/3/0" not in sets
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a")[:], data)
     np.testing.assert_array_equal(ArrayReader.open(tmp_path / "a")[:], data)
+
+
+def test_shard_sink_puts_one_shard_or_deletes_a_stale_one(tmp_path):
+    """ShardSink is the one put of a shard (the writer's, reshard's and migrate's): the
+    inner chunks in the write order with the index, at the array's key; with nothing
+    left, the object an earlier write left is deleted."""
+    _, info = make(tmp_path / "a", (20,), (10,), (5,), fill=0.0)
+    chunks = {(1,): b"one", (0,): b"zero"}
+    store = CountingStore(LocalStore(tmp_path / "a"))
+    for order in ("C", "morton"):
+        written = ShardSink(store, info, order=order).put_chunks((1,), chunks)
+        blob = (tmp_path / "a" / "c" / "1").read_bytes()
+        assert blob == assemble_shard(chunks, IndexFormat((2,)), write_order((2,), order))
+        assert written == len(blob)
+    assert store.log.per_key("set") == {"c/1": 2}
+    assert ShardSink(store, info).put_chunks((1,), {}) == 0
+    assert not (tmp_path / "a" / "c" / "1").exists()
+    assert ShardSink(store, info, fresh=True).put_chunks((0,), {}) == 0  # nothing to delete
+    assert planned_box(info.layout, (1,)) == shard_box(info.layout, (1,)) == ((10, 20),)
+
+
+def test_shard_sink_names_a_failed_put():
+    class Failing(MemoryStore):
+        async def set(self, key, value, byte_range=None):
+            raise OSError("no space left on device")
+
+    _, info = make(MemoryStore(), (20,), (10,), (5,), fill=0.0)
+    sink = ShardSink(Failing(), info, what="resharding a shard", advice="Run it again.")
+    with pytest.raises(StoreIOError, match="resharding a shard failed") as e:
+        sink.put_chunks((0,), {(0,): b"x"})
+    assert e.value.key == "c/0" and "no space left" in str(e.value)
 
 
 def test_existing_shard_of_fill_values_is_deleted(tmp_path):
@@ -309,7 +344,7 @@ def test_encode_into_gives_the_bytes_of_encode(name, values):
     within its bound, and zarr-python decodes them."""
     from zarr.core.dtype import Float32
 
-    from shardwise.codecs.chunk import ChunkDecoder, ChunkEncoder
+    from shardwise.codecs import ChunkDecoder, ChunkEncoder
 
     rng = np.random.default_rng(0)
     arr = {
@@ -335,7 +370,7 @@ def test_encode_into_gives_the_bytes_of_encode(name, values):
 def test_chains_without_a_fast_path_have_no_bound():
     from zarr.core.dtype import Float32
 
-    from shardwise.codecs.chunk import ChunkEncoder
+    from shardwise.codecs import ChunkEncoder
 
     enc = ChunkEncoder([BytesCodec(), zarr.codecs.BloscCodec()], (8,), Float32(), 0.0)
     assert enc.bound is None

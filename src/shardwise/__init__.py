@@ -38,22 +38,20 @@ from shardwise.errors import (
 )
 
 if TYPE_CHECKING:
-    from shardwise.array.api import from_zarr
+    from shardwise.array.read import from_zarr
     from shardwise.format.metadata import ArrayInfo
     from shardwise.graph.read import ChunkRoundingWarning
     from shardwise.graph.regions import check_regions, shared_shards
+    from shardwise.io.cache import clear_index_cache, index_cache, set_index_cache_size
     from shardwise.io.reader import ArrayReader
-    from shardwise.io.stores import (
-        ReadOptions,
-        clear_index_cache,
-        index_cache,
-        set_index_cache_size,
-    )
-    from shardwise.tools.inventory import ArrayChoiceError, Info, info, inventories, inventory
+    from shardwise.io.stores import ReadOptions
+    from shardwise.tools.info import Info, info
+    from shardwise.tools.inventory import ArrayChoiceError, inventories, inventory
     from shardwise.tools.migrate import MigrationReport, migrate
     from shardwise.tools.reshard import ReshardReport, reshard
     from shardwise.tools.verify import VerifyReport, verify
-    from shardwise.xarray.api import open_dataset, to_zarr
+    from shardwise.xarray.open import open_dataset
+    from shardwise.xarray.to_zarr import to_zarr
 
 __version__ = "0.1.0.dev0"
 
@@ -105,8 +103,8 @@ _LAZY = {
     "ReshardReport": "shardwise.tools.reshard",
     "reshard": "shardwise.tools.reshard",
     "ArrayChoiceError": "shardwise.tools.inventory",
-    "Info": "shardwise.tools.inventory",
-    "info": "shardwise.tools.inventory",
+    "Info": "shardwise.tools.info",
+    "info": "shardwise.tools.info",
     "inventories": "shardwise.tools.inventory",
     "inventory": "shardwise.tools.inventory",
     "ArrayInfo": "shardwise.format.metadata",
@@ -114,13 +112,13 @@ _LAZY = {
     "ChunkRoundingWarning": "shardwise.graph.read",
     "check_regions": "shardwise.graph.regions",
     "shared_shards": "shardwise.graph.regions",
-    "open_dataset": "shardwise.xarray.api",
-    "from_zarr": "shardwise.array.api",
+    "open_dataset": "shardwise.xarray.open",
+    "from_zarr": "shardwise.array.read",
     "ReadOptions": "shardwise.io.stores",
-    "clear_index_cache": "shardwise.io.stores",
-    "index_cache": "shardwise.io.stores",
-    "set_index_cache_size": "shardwise.io.stores",
-    "to_zarr": "shardwise.xarray.api",
+    "clear_index_cache": "shardwise.io.cache",
+    "index_cache": "shardwise.io.cache",
+    "set_index_cache_size": "shardwise.io.cache",
+    "to_zarr": "shardwise.xarray.to_zarr",
     "VerifyReport": "shardwise.tools.verify",
     "verify": "shardwise.tools.verify",
 }

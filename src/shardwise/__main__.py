@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from shardwise.cli import main as cli
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and return its exit
     status instead of exiting."""
-    from shardwise.cli.commands import main as cli
-
     try:
         cli.main(
             args=None if argv is None else list(argv),

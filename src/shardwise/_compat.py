@@ -161,3 +161,18 @@ def closer(ds: Any) -> Callable[[], None] | None:
     (``Dataset.close`` closes and forgets it)."""
     close: Callable[[], None] | None = ds._close
     return close
+
+
+def validate_region(zstore: Any, ds: Any) -> Any:
+    """``ds`` with its ``region`` worked out and checked against the arrays ``zstore``
+    (a writable ``xarray.backends.ZarrStore``) opened, as ``Dataset.to_zarr`` does before
+    writing (``ZarrStore._validate_and_autodetect_region``). xarray 2025.6-2026.9.0.
+    Public: none (``Dataset.to_zarr(region="auto")`` does it and writes)."""
+    return zstore._validate_and_autodetect_region(ds)
+
+
+def validate_encoding(zstore: Any, encoding: Any) -> None:
+    """Refuse an ``encoding`` for variables that exist in ``zstore`` already, as
+    ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2025.6-2026.9.0.
+    Public: none."""
+    zstore._validate_encoding(encoding)

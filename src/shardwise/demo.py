@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     args = parser.parse_args(argv)
 
+    # imported after parsing, so that --help answers without loading dask and zarr
     import dask
     import distributed
     from zarr.storage import LocalStore

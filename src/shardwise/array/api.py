@@ -1,5 +1,5 @@
 """dask arrays without xarray: the shardwise counterparts of ``dask.array.to_zarr`` and
-``dask.array.from_zarr``.
+``dask.array.from_zarr`` (the latter in :mod:`shardwise.array.read`, re-exported here).
 
 ``shardwise.to_zarr(x, store, path=...)`` with a ``dask.array.Array`` creates (or
 opens) one Zarr array with zarr-python, so its metadata (codecs, fill value, attributes,
@@ -16,110 +16,34 @@ from typing import Any
 
 import numpy as np
 
-import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
-from shardwise.errors import ChunksError, ShardwiseError, StoreExistsError, WriteError
-from shardwise.format.grid import check_write_geometry
+from shardwise.array.plan import (
+    GridPlan,
+    appended_grid,
+    axis_of,
+    castable,
+    chunk_target,
+    dask_edges,
+    dask_grid,
+    data_write,
+    default_mode,
+    no_axis,
+    padded_edges,
+    rectilinear,
+    region_bounds,
+)
+from shardwise.array.read import from_zarr
+from shardwise.errors import StoreExistsError, WriteError
+from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
+from shardwise.graph.write import finish_graph
+from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
+from shardwise.io.stores import read_only_store_path
 
-__all__ = ["array_to_zarr", "from_zarr"]
+__all__ = ["array_to_zarr", "from_zarr", "is_array"]
 
 _MODES = ("w-", "w", "a", "r+")
-_WORDS = ("shards", "inner", "auto")
 
 
-# -- reading -----------------------------------------------------------------------------
-def from_zarr(
-    store: Any,
-    path: str = "",
-    *,
-    chunks: str | Mapping[int, Any] | Sequence[Any] = "shards",
-    storage_options: dict[str, Any] | None = None,
-    read_options: Any = None,
-) -> Any:
-    """Read the Zarr array at ``path`` of ``store`` (a path, URL or zarr ``Store``) as a
-    ``dask.array.Array`` with the fan-out graph: one index task per shard that several
-    dask chunks share, and below it one task per dask chunk reading its inner chunks as
-    coalesced byte ranges.
-
-    ``chunks``: ``"shards"`` (default: one dask chunk per shard), ``"inner"`` (one per
-    inner chunk), ``"auto"`` (whole shards or inner chunks toward dask's
-    ``array.chunk-size``), or per axis (a tuple, or a dict by axis number) any of
-    those, an int size, a tuple of sizes, ``-1`` (the whole axis) or ``None`` (shards).
-    Sizes that cut inner chunks move to inner-chunk boundaries with a
-    :class:`~shardwise.ChunkRoundingWarning`. Zarr v2 arrays and 2022 sharding drafts
-    are read too. ``read_options``: a :class:`~shardwise.ReadOptions` or a dict.
-    """
-    from shardwise.graph.read import block_sizes, fanout_array
-    from shardwise.io.reader import ArrayReader
-    from shardwise.io.stores import ReadOptions
-
-    if isinstance(read_options, Mapping):
-        read_options = ReadOptions(**read_options)
-    reader = ArrayReader.open(store, path, storage_options=storage_options, options=read_options)
-    name = path.strip("/") or "/"
-    by_axis = _chunks_by_axis(chunks, reader.ndim, name)
-    sizes = block_sizes(reader, tuple(range(reader.ndim)), by_axis, name=name)
-    return fanout_array(reader, reader, sizes, name=name, dtype=reader.dtype)
-
-
-def _chunks_by_axis(chunks: Any, ndim: int, name: str) -> Any:
-    if isinstance(chunks, str):
-        if chunks not in _WORDS:
-            raise ChunksError(
-                "unknown chunks",
-                expected='"shards", "inner", "auto", or sizes per axis (a tuple or a dict)',
-                found=repr(chunks),
-                array=name,
-                advice='Use chunks="shards" for one dask chunk per shard.',
-            )
-        return chunks
-    if isinstance(chunks, Mapping):
-        items = list(chunks.items())
-    elif isinstance(chunks, Sequence):
-        if len(chunks) != ndim:
-            raise ChunksError(
-                "chunks have the wrong number of axes",
-                expected=f"{ndim} entries, one per axis",
-                found=f"{len(chunks)}: {tuple(chunks)!r}",
-                array=name,
-            )
-        items = list(enumerate(chunks))
-    else:
-        raise ChunksError(
-            "unknown chunks",
-            expected='"shards", "inner", "auto", or sizes per axis (a tuple or a dict)',
-            found=f"{type(chunks).__name__} {chunks!r}",
-            array=name,
-        )
-    out: dict[int, Any] = {}
-    for value, size in items:
-        if (axis := _axis(value, ndim)) is None:
-            raise _no_axis(ChunksError, "a key of chunks", value, ndim, name)
-        out[axis] = size
-    return out
-
-
-def _axis(value: Any, ndim: int) -> int | None:
-    """``value`` as an axis number from 0 to ``ndim - 1`` (negative ones count from the
-    end), or None when it is not one."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        return None
-    return int(value) % ndim if -ndim <= value < ndim else None
-
-
-def _no_axis(
-    kind: type[ShardwiseError], what: str, value: Any, ndim: int, name: str, key: str | None = None
-) -> ShardwiseError:
-    return kind(
-        f"{what} is not an axis of the array",
-        expected=f"axis numbers from {-ndim} to {ndim - 1}",
-        found=repr(value),
-        array=name,
-        key=key,
-    )
-
-
-# -- writing -----------------------------------------------------------------------------
 def array_to_zarr(
     x: Any,
     store: Any,
@@ -143,8 +67,6 @@ def array_to_zarr(
     (``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes``,
     ``dimension_names``); None where not given."""
     import dask
-
-    from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 
     name = path.strip("/") or "/"
     mode = _mode(mode, region, append_dim, name)
@@ -214,24 +136,23 @@ def array_to_zarr(
         elif new_shape != arr.shape:
             arr = _grow(arr, new_shape, grown)
         fork = None if session is None else session.fork()
-        write = _write_graph(
+        write = data_write(
             x,
             arr,
+            tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True)),
             offset,
-            write_empty_chunks,
-            write_order,
-            fresh,
-            shards_per_task,
-            encode_split,
-            store=None if fork is None else fork.store,
+            write_empty_chunks=write_empty_chunks,
+            order=write_order,
+            fresh=fresh,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+            fork=fork,
         )
     if fork is not None:  # the delayed computes to the merged fork session
         if not compute:
             return write
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
-    from shardwise.graph.write import finish_graph
-
     graph = finish_graph([write], _done, arr)
     if not compute:
         return graph
@@ -240,8 +161,7 @@ def array_to_zarr(
 
 
 def _mode(mode: str | None, region: Any, append_dim: Any, name: str) -> str:
-    if mode is None:
-        mode = "r+" if region is not None else "a" if append_dim is not None else "w-"
+    mode = default_mode(mode, region, append_dim)
     if mode not in _MODES:
         raise WriteError("unknown mode", expected=f"one of {_MODES}", found=repr(mode), array=name)
     if region is not None and append_dim is not None:
@@ -278,8 +198,6 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
     """The zarr-python array at ``path``, None when there is nothing; refuses what
     ``mode`` does not allow."""
     import zarr
-
-    from shardwise.io.stores import read_only_store_path
 
     try:
         base = read_only_store_path(store, storage_options)
@@ -325,16 +243,6 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
     return zarr.open_array(store, path=path, mode="r+", storage_options=storage_options)
 
 
-class _Plan:
-    """The grid of a new array: regular shards (a tuple) or rectilinear edges, and inner
-    chunks; ``shards`` None for an unsharded array with ``inner`` as its chunks."""
-
-    def __init__(
-        self, shards: tuple[int, ...] | None, edges: tuple[Any, ...] | None, inner: tuple[int, ...]
-    ):
-        self.shards, self.edges, self.inner = shards, edges, inner
-
-
 def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int]) -> tuple[int, ...]:
     """Sizes per axis from a tuple (``-1``/None: the whole axis, or ``default``), a dict
     by axis number, or one int for every axis."""
@@ -344,8 +252,8 @@ def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int])
     elif isinstance(spec, Mapping):
         sizes = list(default)
         for value, n in spec.items():
-            if (axis := _axis(value, ndim)) is None:
-                raise _no_axis(WriteError, f"a key of {what}", value, ndim, name)
+            if (axis := axis_of(value, ndim)) is None:
+                raise no_axis(WriteError, f"a key of {what}", value, ndim, name)
             sizes[axis] = n
     elif isinstance(spec, Sequence) and not isinstance(spec, str):
         if len(spec) != ndim:
@@ -378,9 +286,7 @@ def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int])
     return tuple(out)
 
 
-def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> _Plan:
-    from shardwise.format.grid import DEFAULT_CHUNK_BYTES, auto_shards, target_bytes
-
+def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> GridPlan:
     itemsize = x.dtype.itemsize
     whole = tuple(max(1, n) for n in x.shape)
     if zarr_format == 2:
@@ -392,38 +298,32 @@ def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) ->
                 array=name,
                 advice="Write Zarr v3 (the default) to shard.",
             )
-        blocks = tuple(max(1, c[0]) if c else 1 for c in x.chunks)
+        blocks = dask_grid(x.chunks)
         inner = (
             blocks if chunks in (None, "auto") else _axis_sizes(chunks, x, "chunks", name, whole)
         )
-        return _Plan(None, None, inner)
+        return GridPlan(None, None, inner)
     if shards is None or shards == "dask":
         if 0 in x.shape or all(rl.is_regular(b) for b in x.chunks):
-            grid = tuple(max(1, c[0]) if c else 1 for c in x.chunks)
-            return _Plan(grid, None, _inner(x, name, chunks, grid, itemsize))
-        rl.check_blocks(name, [f"axis {i}" for i in range(x.ndim)], x.chunks)
-        edges = tuple(b[0] if rl.is_regular(b) and len(b) > 1 else tuple(b) for b in x.chunks)
+            grid = dask_grid(x.chunks)
+            return GridPlan(grid, None, _inner(x, name, chunks, grid, itemsize))
+        dims = [f"axis {i}" for i in range(x.ndim)]
+        edges = dask_edges(name, dims, x.chunks)
         if chunks in (None, "auto"):
-            target = target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
-            dims = [f"axis {i}" for i in range(x.ndim)]
-            inner = rl.auto_inner(name, dims, edges, x.shape, itemsize, target)
+            inner = rl.auto_inner(name, dims, edges, x.shape, itemsize, chunk_target())
         else:
             inner = _axis_sizes(chunks, x, "chunks", name, whole)
-        edges = tuple(
-            e if isinstance(e, int) else rl.pad(e, c) for e, c in zip(edges, inner, strict=True)
-        )
-        rl.check_inner(name, [f"axis {i}" for i in range(x.ndim)], edges, inner, x.shape)
-        return _Plan(None, edges, inner)
+        edges = padded_edges(edges, inner)
+        rl.check_inner(name, dims, edges, inner, x.shape)
+        return GridPlan(None, edges, inner)
     if shards == "auto":
         grid = auto_shards(x.shape, itemsize, x.chunks)
     else:
         grid = _axis_sizes(shards, x, "shards", name, whole)
-    return _Plan(grid, None, _inner(x, name, chunks, grid, itemsize))
+    return GridPlan(grid, None, _inner(x, name, chunks, grid, itemsize))
 
 
 def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    from shardwise.format.grid import auto_chunks
-
     if chunks in (None, "auto"):
         return auto_chunks(grid, itemsize, x.chunks)
     inner = _axis_sizes(chunks, x, "chunks", name, grid)
@@ -454,7 +354,7 @@ def _into_existing(
             array=name,
             key=key,
         )
-    if not np.can_cast(x.dtype, arr.dtype, casting="same_kind"):
+    if not castable(x.dtype, arr.dtype):
         raise WriteError(
             "the data type cannot be written into the array",
             expected=f"data castable to {arr.dtype} (same kind)",
@@ -466,8 +366,8 @@ def _into_existing(
     x = x.astype(arr.dtype, copy=False)
     shape = tuple(arr.shape)
     if append_dim is not None:
-        if (axis := _axis(append_dim, x.ndim)) is None:
-            raise _no_axis(WriteError, "append_dim", append_dim, x.ndim, name, key)
+        if (axis := axis_of(append_dim, x.ndim)) is None:
+            raise no_axis(WriteError, "append_dim", append_dim, x.ndim, name, key)
         others = [i for i in range(x.ndim) if i != axis and x.shape[i] != shape[i]]
         if others:
             raise WriteError(
@@ -500,8 +400,8 @@ def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[s
     if isinstance(region, Mapping):
         per = [slice(None)] * ndim
         for value, sl in region.items():
-            if (axis := _axis(value, ndim)) is None:
-                raise _no_axis(WriteError, "a key of region", value, ndim, name, key)
+            if (axis := axis_of(value, ndim)) is None:
+                raise no_axis(WriteError, "a key of region", value, ndim, name, key)
             per[axis] = sl
     else:
         per = list(region) if isinstance(region, tuple | list) else [region]
@@ -524,10 +424,8 @@ def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[s
                 array=name,
                 key=key,
             )
-        start, stop, _ = s.indices(n)
-        if (s.start is not None and not -n <= s.start <= n) or (
-            s.stop is not None and not -n <= s.stop <= n
-        ):
+        bounds = region_bounds(s, n)
+        if bounds is None:
             raise WriteError(
                 "region reaches past the array",
                 expected=f"slices within 0..{n} along axis {axis}",
@@ -536,6 +434,7 @@ def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[s
                 key=key,
                 advice="Grow the array with append_dim= first. Nothing was written.",
             )
+        start, stop = bounds
         out.append(slice(start, max(start, stop)))
     return tuple(out)
 
@@ -544,7 +443,7 @@ def _create(
     store: Any,
     path: str,
     x: Any,
-    plan: _Plan,
+    plan: GridPlan,
     creation: Mapping[str, Any],
     zarr_format: int,
     mode: str,
@@ -595,13 +494,12 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
     """The rectilinear grid after an append (the appended dask chunks become shards),
     checked; None for a regular grid, which only grows."""
 
-    grid = getattr(arr.metadata, "chunk_grid", None)
-    if append_dim is None or not isinstance(grid, _compat.RectilinearChunkGridMetadata):
+    if append_dim is None or not rectilinear(arr.metadata):
         return None
     axis = int(append_dim) % arr.ndim
     dims = [f"axis {i}" for i in range(x.ndim)]
     rl.check_blocks(name, dims, x.chunks)
-    return rl.appended(arr.metadata, name, dims, axis, x.chunks[axis])
+    return appended_grid(arr.metadata, name, dims, axis, x.chunks[axis])
 
 
 def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
@@ -611,35 +509,6 @@ def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
         arr.resize(new_shape)
         return arr
     return rl.write_grid(arr, edges, new_shape)
-
-
-def _write_graph(
-    x: Any,
-    arr: Any,
-    offset: tuple[int, ...],
-    write_empty_chunks: bool | None,
-    order: str,
-    fresh: bool,
-    shards_per_task: int | str | None,
-    encode_split: int | str | None,
-    *,
-    store: Any = None,
-) -> Any:
-    from shardwise.graph.write import data_graph
-
-    region = tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True))
-    return data_graph(
-        x,
-        arr,
-        region,
-        offset,
-        write_empty_chunks,
-        order,
-        fresh,
-        shards_per_task or 1,
-        encode_split,
-        store=store,
-    )
 
 
 def _done(arr: Any, *_: Any) -> Any:

@@ -1,17 +1,17 @@
 """The codec layer: encoding and decoding inner chunks (shardwise's own fast paths for
 bytes/transpose/zstd/gzip/zlib/blosc/lz4/crc32c, zarr-python's pipeline for the rest),
-with every decompressed size bounded before it is allocated. Imports only ``format`` below it."""
+with every decompressed size bounded before it is allocated. Imports only ``format`` below it.
 
-from shardwise.codecs.chunk import (
-    ChunkDecoder,
-    ChunkEncoder,
-    ShardDecoder,
-    decoded_size,
-    index_format_from_codecs,
-    is_fill,
-)
-from shardwise.codecs.chunk import _Context as Context
-from shardwise.codecs.chunk import _verify_crc32c as verify_crc32c
+The implementation is private, one job a module, each importing only those before it:
+``_chain`` (one chunk's codec chain, and the :class:`Context` errors name), ``_zstd``
+(shardwise's libzstd binding, both ways), ``_decompress`` (the bounded decompressors and
+the crc32c check), ``_decode`` (:class:`ChunkDecoder`, :class:`ShardDecoder`) and
+``_encode`` (:class:`ChunkEncoder`). Other layers import from here."""
+
+from shardwise.codecs._chain import Context
+from shardwise.codecs._decode import ChunkDecoder, ShardDecoder, index_format_from_codecs
+from shardwise.codecs._decompress import decoded_size, verify_crc32c
+from shardwise.codecs._encode import ChunkEncoder, is_fill
 
 __all__ = [
     "ChunkDecoder",

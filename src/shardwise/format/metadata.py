@@ -12,6 +12,7 @@ import shardwise._compat as _compat
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.names import node_path
+from shardwise.format.rectilinear import enabled
 
 __all__ = ["ArrayInfo", "metadata_key", "parse_document", "read_document"]
 
@@ -58,8 +59,6 @@ def parse_document(raw: bytes, key: str) -> Any:
     naming the node and ``key``, with zarr-python's own message; a ``key`` whose node
     path breaks the node-name rules raises :class:`~shardwise.errors.UnsafeNameError`."""
     from zarr.errors import UnknownCodecError
-
-    from shardwise.format.rectilinear import enabled
 
     path = node_path(key.removesuffix("zarr.json").removesuffix("/"), document=key)
 

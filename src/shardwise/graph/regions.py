@@ -22,6 +22,7 @@ from typing import Any
 from shardwise.errors import RegionConflictError, UnsupportedArrayError, WriteError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.metadata import ArrayInfo
+from shardwise.format.rectilinear import enabled
 
 __all__ = ["check_regions", "shared_shards"]
 
@@ -49,8 +50,6 @@ def _grids(
 ) -> list[_Grid]:
     """The arrays directly in the group (those in ``variables``, when given)."""
     import zarr
-
-    from shardwise.format.rectilinear import enabled
 
     with enabled():  # zarr-python reads rectilinear grids only with its flag on
         root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)

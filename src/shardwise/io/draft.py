@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.errors import NotAZarrStoreError, UnsupportedArrayError, UnsupportedCodecError
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import node_name, node_path
 from shardwise.format.v2 import compressor_codecs, equivalent_metadata
+from shardwise.io.listing import list_names
+from shardwise.io.open import DRAFT, DRAFT_FORMAT, is_draft_root, open_store
 
 __all__ = [
     "DRAFT_FORMAT",
@@ -39,7 +41,6 @@ __all__ = [
     "is_draft_root",
 ]
 
-DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
 SHARDING_URI = "https://purl.org/zarr/spec/storage_transformers/sharding/1.0"
 CODEC_URI = "https://purl.org/zarr/spec/codec/"
 
@@ -73,17 +74,6 @@ class DraftArrayInfo(ArrayInfo):
         except ValueError:
             return None
         return coords if self._on_grid(coords) and self.key(coords) == key else None
-
-
-def is_draft_root(raw: bytes | None) -> bool:
-    """Whether a root ``zarr.json`` is the draft's entry point document."""
-    if raw is None:
-        return False
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("zarr_format") == DRAFT_FORMAT
 
 
 def _bad(path: str, found: str, expected: str) -> UnsupportedArrayError:
@@ -224,16 +214,11 @@ class DraftStore:
     @classmethod
     def open(cls, store: Any, storage_options: dict[str, Any] | None = None) -> DraftStore | None:
         """The draft store at ``store`` (a path, URL or ``Store``), or None when what is
-        there is not a draft store."""
-        from shardwise.io.stores import read_only_store_path
-
-        try:
-            where = read_only_store_path(store, storage_options)
-        except FileNotFoundError:
+        there is not a draft store (:func:`~shardwise.io.open.open_store` tells)."""
+        opened = open_store(store, storage_options)
+        if opened is None or opened.format != DRAFT:
             return None
-        prefix = f"{where.path.strip('/')}/" if where.path.strip("/") else ""
-        draft = cls(where.store, prefix)
-        return draft if is_draft_root(draft.get("zarr.json")) else None
+        return cls(opened.store, opened.prefix)
 
     def get(self, key: str) -> bytes | None:
         from zarr.buffer import default_buffer_prototype
@@ -249,11 +234,7 @@ class DraftStore:
         whatever is asked of the listing."""
 
         where = self._folder(node_path(group))
-
-        async def names() -> list[str]:
-            return [name async for name in self.store.list_dir(where)]
-
-        found = sorted(_compat.sync(names()))
+        found = sorted(_compat.sync(list_names(self.store, where)))
         for n in found:
             name = n.rstrip("/")
             for suffix in (".array.json", ".group.json"):
@@ -309,8 +290,6 @@ class DraftStore:
 
     def info(self, path: str) -> DraftArrayInfo:
         """The :class:`DraftArrayInfo` of the array at ``path``."""
-        from shardwise.errors import NotAZarrStoreError
-
         key = f"meta/root/{path.strip('/')}.array.json"
         path = node_path(path.strip("/"), document=self.prefix + key)
         raw = self.get(key)

@@ -28,6 +28,7 @@ __all__ = [
     "icechunk_session",
     "merge_into",
     "refuse_commit",
+    "session_store",
 ]
 
 FIXED_KINDS = "biufcmM"
@@ -52,6 +53,17 @@ def icechunk_session(store: Any) -> Any:
     if kind == "Session":
         return store
     return None
+
+
+def session_store(store: Any) -> Any:
+    """The zarr-python store of ``store`` when it is an ``icechunk.Session`` (its
+    ``.store``); anything else unchanged (an ``IcechunkStore`` is a store already). What
+    :func:`shardwise.io.open.store_path` opens a session by; unlike
+    :func:`icechunk_session` it refuses nothing, a read needing no writable session."""
+    module = type(store).__module__ or ""
+    if module.startswith("icechunk") and type(store).__name__ == "Session":
+        return store.store
+    return store
 
 
 def check_dataset(

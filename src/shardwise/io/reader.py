@@ -2,7 +2,9 @@
 
 :class:`ArrayReader` plans a selection with :mod:`shardwise.format.grid`, fetches what it needs
 with as few store requests as the options allow (the whole shard, or the index and then
-coalesced inner-chunk ranges), and decodes inner chunks in the calling thread.
+coalesced inner-chunk ranges), and decodes inner chunks in the calling thread. Shard
+indexes are read by :func:`~shardwise.io.shard_index.read_shard_index` (as inventory and
+verify read them) and kept in this process's index cache.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,6 @@ from shardwise.errors import (
     TooLargeError,
     TruncatedShardError,
     UnsupportedCodecError,
-    naming_io_errors,
 )
 from shardwise.format.grid import (
     INT64_MAX,
@@ -38,19 +39,14 @@ from shardwise.format.grid import (
     check_chunks_per_shard,
     out_len,
 )
-from shardwise.format.index import EMPTY, IndexFormat
+from shardwise.format.index import EMPTY
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
-from shardwise.io.stores import (
-    ABSENT,
-    IN_FLIGHT,
-    SUPPLIED,
-    ByteRange,
-    ReadOptions,
-    coalesce,
-    index_cache,
-    metadata_error,
-    store_token,
-)
+from shardwise.format.rectilinear import enabled
+from shardwise.format.v2 import array_info as v2_array_info
+from shardwise.io.cache import ABSENT, IN_FLIGHT, SUPPLIED, index_cache
+from shardwise.io.draft import DraftStore
+from shardwise.io.shard_index import naming, read_shard_index
+from shardwise.io.stores import ByteRange, ReadOptions, coalesce, metadata_error, store_token
 
 __all__ = ["ArrayReader"]
 
@@ -98,9 +94,6 @@ class ArrayReader:
         (:mod:`shardwise.io.draft`)."""
         import zarr
 
-        from shardwise.format.rectilinear import enabled
-        from shardwise.io.draft import DraftStore
-
         def draft() -> ArrayReader | None:
             """The array when ``store`` is a draft store (looked for only when
             zarr-python finds no array: a draft has no ``<path>/zarr.json``)."""
@@ -117,9 +110,7 @@ class ArrayReader:
                 )
             info: ArrayInfo
             if arr.metadata.zarr_format == 2:
-                from shardwise.format.v2 import array_info
-
-                info = array_info(arr.metadata, arr.path)
+                info = v2_array_info(arr.metadata, arr.path)
             else:
                 info = ArrayInfo.from_metadata(arr.metadata, arr.path)
         except ShardwiseError:
@@ -332,12 +323,12 @@ class ArrayReader:
         needed = sorted({c.inner for c in shard_read.chunks})
         if SUPPLIED.get((self._token, key)) is not None or not self._wants_whole(decoder, needed):
             return None
-        with _naming(self.info.name, key):  # an absent shard is no error
+        with naming(self.info.name, key):  # an absent shard is no error
             try:
                 f = open(self.store.root / key, "rb")  # noqa: SIM115 - closed below
             except (FileNotFoundError, NotADirectoryError):
                 return [None]
-        with f, _naming(self.info.name, key):
+        with f, naming(self.info.name, key):
             size = os.fstat(f.fileno()).st_size
             buf = scratch(size, "shard") if size <= SCRATCH_LIMIT else np.empty(size, np.uint8)
             view = memoryview(buf)
@@ -382,7 +373,7 @@ class ArrayReader:
     ) -> memoryview | None:
         from zarr.buffer import default_buffer_prototype
 
-        with _naming(self.info.name, key):
+        with naming(self.info.name, key):
             async with sem:
                 buf = await self.store.get(key, default_buffer_prototype(), byte_range)
         if buf is None:
@@ -574,7 +565,7 @@ class ArrayReader:
     @property
     def token(self) -> str:
         """Names this opened array in every process: the first half of the keys of
-        :func:`~shardwise.io.stores.index_cache` and :data:`~shardwise.io.stores.SUPPLIED`."""
+        :func:`~shardwise.io.cache.index_cache` and :data:`~shardwise.io.cache.SUPPLIED`."""
         return self._token
 
     def shard_index(self, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
@@ -593,9 +584,8 @@ class ArrayReader:
     async def _load_index(
         self, key: str, decoder: ShardDecoder, sem: asyncio.Semaphore
     ) -> npt.NDArray[np.uint64] | None:
-        """Read, check and cache one shard's index; concurrent loads of one shard in this
-        process share one request."""
-        fmt = decoder.index
+        """Read (:func:`~shardwise.io.shard_index.read_shard_index`), check and cache one
+        shard's index; concurrent loads of one shard in this process share one request."""
         cache_key = (self._token, key)
 
         async def load() -> npt.NDArray[np.uint64] | None:
@@ -603,46 +593,20 @@ class ArrayReader:
                 cached = index_cache().get(cache_key)
                 if cached is not None:
                     return cached
-            raw, _ = await read_index_region(lambda r: self._get(key, sem, r), fmt)
-            if raw is None:
-                return None
-            table = decoder.decode_index(raw, shard_nbytes=None, key=key)
-            if self.options.index_cache:
+            table = await read_shard_index(
+                self.store,
+                key,
+                decoder.index,
+                array=self.info.name,
+                max_nbytes=decoder.chunk.max_encoded,
+                sem=sem,
+                name_errors=True,
+            )
+            if table is not None and self.options.index_cache:
                 index_cache().put(cache_key, table)
             return table
 
         return await IN_FLIGHT.run(cache_key, load)
-
-
-async def read_index_region(
-    get: Callable[[Any], Awaitable[memoryview | None]], fmt: IndexFormat
-) -> tuple[memoryview | None, int]:
-    """The bytes of a shard's index, fetched with ``get(byte_range)`` (the object's
-    bytes, or None when it is absent): one ranged request, the first ``fmt.nbytes``
-    for an index at the start, a suffix for one at the end; for stores that refuse a
-    suffix longer than the object, the whole (small) object, trimmed. Returns the bytes
-    (None for an absent shard) and the requests made."""
-    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
-
-    if fmt.location == "start":
-        return await get(RangeByteRequest(0, fmt.nbytes)), 1
-    try:
-        raw, requests = await get(SuffixByteRequest(fmt.nbytes)), 1
-    except (OSError, ValueError):
-        raw, requests = await get(None), 2
-    if raw is not None and len(raw) > fmt.nbytes:
-        raw = raw[-fmt.nbytes :]
-    return raw, requests
-
-
-def _naming(array: str, key: str) -> Any:
-    """An OSError of a read names the array and the shard's key (StoreIOError)."""
-    return naming_io_errors(
-        "reading a shard",
-        array=array,
-        key=key,
-        advice="Check the store (the connection, credentials, permissions), then read again.",
-    )
 
 
 def _out_of_bounds(e: Exception) -> bool:

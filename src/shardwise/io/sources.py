@@ -17,13 +17,18 @@ import shardwise._compat as _compat
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, parse_document
 from shardwise.format.names import node_name, node_path
+from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_info
 from shardwise.format.v2 import parse_documents
-from shardwise.io.stores import metadata_error, read_only_store_path
+from shardwise.io.draft import DraftStore
+from shardwise.io.listing import list_names
+from shardwise.io.open import DRAFT, FORMATS, V2, V3, open_store, store_path
+from shardwise.io.stores import metadata_error
 
 __all__ = ["Source", "open_source"]
 
-KINDS = ("Zarr v3", "Zarr v2", "2022 sharding draft")
+KINDS = FORMATS
+"""The kinds of store a :class:`Source` is (:data:`shardwise.io.open.FORMATS`)."""
 
 
 @dataclass
@@ -72,14 +77,12 @@ def open_source(
     damaged is a refusal naming it."""
     import zarr
 
-    from shardwise.format.rectilinear import enabled
-    from shardwise.io.draft import DraftStore
-
     base = node_path((group or "").strip("/"))
-    draft = DraftStore.open(store, storage_options)
-    if draft is not None:
+    opened = open_store(store, storage_options)
+    if opened is not None and opened.format == DRAFT:
+        draft = DraftStore(opened.store, opened.prefix)
         where = _join(draft.prefix, base)
-        src = Source(KINDS[2], draft.store, where)
+        src = Source(DRAFT, draft.store, where)
         todo = [base]
         while todo:
             g = todo.pop(0)
@@ -121,7 +124,7 @@ def open_source(
             advice="Check the path and group; for one array give its parent group.",
         ) from e
     fmt = root.metadata.zarr_format
-    src = Source(KINDS[0] if fmt == 3 else KINDS[1], root.store_path.store, root.store_path.path)
+    src = Source(V3 if fmt == 3 else V2, root.store_path.store, root.store_path.path)
     src.groups[""] = dict(root.attrs)
     _walk(src, fmt)
     return src
@@ -139,7 +142,7 @@ def _root_problem(
     if named is not error:
         return named
     try:
-        where = read_only_store_path(store, storage_options)
+        where = store_path(store, storage_options)
         full = _join(where.path, base)
         docs = [
             _compat.sync(where.store.get(_join(full, n), prototype=default_buffer_prototype()))
@@ -208,7 +211,7 @@ async def _children(store: Any, full: str, fmt: int, limit: Any) -> list[str]:
 
     under = f"{full}/" if full else ""
     async with limit:
-        names = [name async for name in store.list_dir(full)]
+        names = await list_names(store, full)
     return sorted(
         node_name(name, document=f"{under}{name}") for name in names if name not in _DOCUMENTS[fmt]
     )

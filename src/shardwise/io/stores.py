@@ -1,5 +1,9 @@
-"""Byte I/O over zarr-python's ``Store`` API: options, range coalescing, the per-process
-shard-index cache, and opening stores from paths and URLs.
+"""Byte I/O over zarr-python's ``Store`` API: options, range coalescing, where a store is
+(overlap checks between a source and a destination) and naming the document that could
+not be read. The per-process shard-index cache and the index channel are owned by
+:mod:`shardwise.io.cache`, opening stores is :mod:`shardwise.io.open` and listing them
+:mod:`shardwise.io.listing`; their names the layers above import from here are imported
+here.
 
 All requests are coroutines run on zarr-python's I/O event loop (``zarr.core.sync``), so
 independent requests go out concurrently while the caller's thread does the decoding.
@@ -7,26 +11,34 @@ independent requests go out concurrently while the caller's thread does the deco
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-
-import numpy as np
-import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise.errors import OverlapError, ShardwiseError, WriteError
 from shardwise.format.metadata import metadata_key, read_document
+from shardwise.io.cache import (
+    ABSENT,
+    IN_FLIGHT,
+    SUPPLIED,
+    IndexCache,
+    InFlight,
+    SuppliedIndexes,
+    clear_index_cache,
+    index_cache,
+    set_index_cache_size,
+)
+from shardwise.io.listing import metadata_keys
+from shardwise.io.open import store_path
 
 __all__ = [
     "ABSENT",
+    "IN_FLIGHT",
     "SUPPLIED",
     "ByteRange",
+    "InFlight",
     "IndexCache",
     "Location",
     "SuppliedIndexes",
@@ -37,6 +49,7 @@ __all__ = [
     "coalesce",
     "index_cache",
     "location",
+    "metadata_error",
     "read_only_store_path",
     "set_index_cache_size",
     "store_token",
@@ -115,207 +128,17 @@ def coalesce(
     return groups
 
 
-class IndexCache:
-    """A per-process LRU cache of decoded shard indexes, bounded in bytes.
-
-    Thread-safe. Keyed by ``(reader token, shard key)``, the reader token naming the store
-    and the opened array (an :class:`~shardwise.io.reader.ArrayReader` and its pickled copies
-    on dask workers share one), so an array opened again after its shards were rewritten
-    starts with no cached indexes. Within one opened array it assumes shards do not change
-    (use ``ReadOptions(index_cache=False)`` when they are rewritten under a reader).
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max = int(max_bytes)
-        self._entries: OrderedDict[Hashable, npt.NDArray[np.uint64]] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @property
-    def max_bytes(self) -> int:
-        return self._max
-
-    @property
-    def nbytes(self) -> int:
-        return self._size
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | None:
-        with self._lock:
-            value = self._entries.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return value
-
-    def put(self, key: Hashable, table: npt.NDArray[np.uint64]) -> None:
-        nbytes = int(table.nbytes)
-        if nbytes > self._max:
-            return
-        table.flags.writeable = False
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._size -= int(old.nbytes)
-            self._entries[key] = table
-            self._size += nbytes
-            while self._size > self._max:
-                _, evicted = self._entries.popitem(last=False)
-                self._size -= int(evicted.nbytes)
-
-    def discard(self, key: Hashable) -> None:
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._size -= int(old.nbytes)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._size = 0
-            self.hits = self.misses = 0
-
-    def resize(self, max_bytes: int) -> None:
-        with self._lock:
-            self._max = int(max_bytes)
-            while self._size > self._max and self._entries:
-                _, evicted = self._entries.popitem(last=False)
-                self._size -= int(evicted.nbytes)
-
-
-_DEFAULT_CACHE_BYTES = int(os.environ.get("SHARDWISE_INDEX_CACHE_BYTES", 64 << 20))
-_CACHE = IndexCache(_DEFAULT_CACHE_BYTES)
-
-
-def index_cache() -> IndexCache:
-    """This process's shard-index cache (64 MiB by default, or the
-    ``SHARDWISE_INDEX_CACHE_BYTES`` environment variable)."""
-    return _CACHE
-
-
-def set_index_cache_size(max_bytes: int) -> None:
-    """Bound this process's shard-index cache to ``max_bytes`` (0 turns it off)."""
-    _CACHE.resize(max_bytes)
-
-
-def clear_index_cache() -> None:
-    """Forget every cached shard index in this process."""
-    _CACHE.clear()
-
-
 def read_only_store_path(store: Any, storage_options: dict[str, Any] | None = None) -> Any:
     """zarr-python's ``StorePath`` (a ``Store`` and a path in it) for ``store``, a path,
     URL or ``Store``, opened read-only as ``zarr.open`` would. ``FileNotFoundError`` when
-    a local path does not exist."""
+    a local path does not exist. (:func:`shardwise.io.open.store_path` with ``mode="r"``.)"""
 
-    return _compat.sync(_compat.make_store_path(store, mode="r", storage_options=storage_options))
+    return store_path(store, storage_options)
 
 
 def store_token(store: Any) -> str:
     """A string naming a store's location, the same in every process."""
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
-
-
-class _Absent:
-    """The index of a shard that does not exist (every inner chunk is the fill value)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-    def __reduce__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()
-
-
-class SuppliedIndexes:
-    """Shard indexes handed to this process by the index tasks of a fan-out read graph.
-
-    A read task supplies the indexes it received for as long as it reads
-    (:meth:`supply`), and the reader takes them from here before it would read an index
-    itself. Unlike :class:`IndexCache` nothing stays behind: an entry lives while some
-    task holds it (counted, so tasks of one shard on several threads share it), and it
-    does not depend on ``ReadOptions.index_cache``. Thread-safe.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[Hashable, list[Any]] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | _Absent | None:
-        """The supplied index (or :data:`ABSENT`), or ``None`` when none was supplied."""
-        with self._lock:
-            entry = self._entries.get(key)
-        return None if entry is None else entry[0]
-
-    @contextmanager
-    def supply(self, tables: Mapping[Any, npt.NDArray[np.uint64] | None]) -> Iterator[None]:
-        """Make ``tables`` (cache key -> index, ``None`` for a missing shard) visible to
-        readers in this process until the block ends."""
-        with self._lock:
-            for key, table in tables.items():
-                entry = self._entries.get(key)
-                if entry is None:
-                    self._entries[key] = [ABSENT if table is None else table, 1]
-                else:
-                    entry[1] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                for key in tables:
-                    entry = self._entries[key]
-                    entry[1] -= 1
-                    if entry[1] == 0:
-                        del self._entries[key]
-
-
-SUPPLIED = SuppliedIndexes()
-
-
-class InFlight:
-    """Deduplicates concurrent loads of one key on one event loop: the first caller
-    loads, later callers await its result."""
-
-    def __init__(self) -> None:
-        self._pending: dict[Hashable, asyncio.Future[Any]] = {}
-
-    async def run(self, key: Hashable, load: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        key = (id(loop), key)
-        fut = self._pending.get(key)
-        if fut is not None:
-            return await asyncio.shield(fut)
-        fut = loop.create_future()
-        self._pending[key] = fut
-        try:
-            value = await load()
-        except BaseException as e:
-            fut.set_exception(e)
-            # nobody may be waiting: mark the exception as retrieved
-            fut.exception()
-            raise
-        else:
-            fut.set_result(value)
-            return value
-        finally:
-            del self._pending[key]
-
-
-# one per process; only touched from zarr-python's I/O loop thread
-IN_FLIGHT = InFlight()
 
 
 # -- where a store is: sources and destinations must not overlap ---------------------------
@@ -561,13 +384,8 @@ async def _first_bad_document(
 
     keys = [metadata_key(prefix)]
     if depth is None or depth > 0:
-        under = f"{prefix}/" if prefix else ""
-        found = [k async for k in store.list_prefix(under) if k.endswith("/zarr.json")]
-        keys += sorted(
-            k
-            for k in found
-            if k != keys[0] and (depth is None or k[len(under) :].count("/") <= depth)
-        )
+        found = await metadata_keys(store, prefix, depth)
+        keys += sorted(k for k in found if k != keys[0])
     for key in keys:
         buf = await store.get(key, default_buffer_prototype())
         if buf is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import shardwise._compat as _compat
+from shardwise.codecs import ShardDecoder
 from shardwise.errors import (
     NotAZarrStoreError,
     ShardwiseError,
@@ -30,9 +31,20 @@ from shardwise.errors import (
 )
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_path
-from shardwise.io.stores import check_apart, check_replaceable, location, read_only_store_path
+from shardwise.graph.target import ShardSink
+from shardwise.graph.write import wait_for
+from shardwise.io.draft import DraftStore
+from shardwise.io.listing import list_keys_sync
+from shardwise.io.open import has_zarr_json, open_store
+from shardwise.io.reader import ArrayReader
+from shardwise.io.stores import check_apart, check_replaceable, location
 
 __all__ = ["MigrationReport", "migrate"]
+
+MIGRATE_ADVICE = (
+    "Check the stores (space, permissions, connection), then run again with mode='a' "
+    "(--mode a): the shards already migrated are kept."
+)
 
 
 @dataclass
@@ -94,15 +106,10 @@ def _target_metadata(info: Any) -> tuple[Any, str | None]:
 def _kind_of(store: Any, storage_options: Any) -> str:
     """What is at ``store`` when it is not a draft store."""
 
-    try:
-        where = read_only_store_path(store, storage_options)
-    except FileNotFoundError:
+    opened = open_store(store, storage_options)
+    if opened is None:
         return "nothing"
-    base = where.path.strip("/")
-    for name, kind in (("zarr.json", "Zarr v3"), (".zgroup", "Zarr v2"), (".zarray", "Zarr v2")):
-        if _compat.sync(where.store.exists(f"{base}/{name}" if base else name)):
-            return f"{kind} ({name})"
-    return "no Zarr metadata"
+    return f"{opened.format} ({opened.document})" if opened.format else "no Zarr metadata"
 
 
 def migrate(
@@ -128,8 +135,6 @@ def migrate(
     import zarr
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.io.draft import DraftStore
-
     draft = DraftStore.open(src, storage_options)
     if draft is None:
         raise WriteError(
@@ -145,11 +150,7 @@ def migrate(
     check_apart(location(src, None, storage_options), location(dst, None, dst_storage_options))
     if mode == "w":
         check_replaceable(dst, None, dst_storage_options)
-    try:
-        existing = read_only_store_path(dst, dst_storage_options)
-        exists = _compat.sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
-    except FileNotFoundError:
-        exists = False
+    exists = has_zarr_json(dst, dst_storage_options)
     if exists and mode == "w-":
         raise StoreExistsError(
             "the destination holds Zarr data already",
@@ -186,7 +187,7 @@ def migrate(
             target, changed = _target_metadata(info)
             # the documents, made now: what zarr-python cannot write fails before dst;
             # the stored shards, listed (the cost follows them, not the grid)
-            stored = sorted(_compat.sync(_listing(draft.store, info.data_prefix)))
+            stored = sorted(list_keys_sync(draft.store, info.data_prefix))
             shards = [c for c in map(info.coords, stored) if c is not None]
             arrays.append((path, info, target, target.to_buffer_dict(proto), shards))
             if changed:
@@ -221,15 +222,9 @@ def migrate(
     return report
 
 
-async def _listing(store: Any, prefix: str) -> list[str]:
-    return [k async for k in store.list_prefix(prefix)]
-
-
 def _graph(tasks: list[tuple[Any, ...]]) -> Any:
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import Task
-
-    from shardwise.graph.write import wait_for
 
     name = f"shardwise-migrate-{uuid.uuid4().hex}"
     layer: dict[Any, Any] = {
@@ -239,52 +234,34 @@ def _graph(tasks: list[tuple[Any, ...]]) -> Any:
     return wait_for(f"shardwise-migrated-{name[18:]}", graph, list(layer))
 
 
-def _new_shard_ok(store: Any, key: str, decoder: Any) -> bool:
-    """Whether the destination holds this shard already, with an index that reads."""
-    from zarr.buffer import default_buffer_prototype
-
-    buf = _compat.sync(store.get(key, default_buffer_prototype()))
-    if buf is None:
-        return False
-    try:
-        decoder.parse(buf.to_bytes(), key=key)
-    except ShardwiseError:
-        return False
-    return True
-
-
 def _migrate_shard(
     src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
 ) -> None:
     """Copy one shard (or one chunk of an unsharded array) to its new key; a store's I/O
-    error names the array and the shard's key."""
-
+    error names the array and the shard's key (the new key when the put fails)."""
+    sink = ShardSink(
+        dst_store,
+        ArrayInfo.from_metadata(target, where),
+        order="C",
+        what="migrating a shard",
+        advice=MIGRATE_ADVICE,
+    )
     with naming_io_errors(
-        "migrating a shard",
-        array=where or "/",
-        key=info.key(shard),
-        advice="Check the stores (space, permissions, connection), then run again with "
-        "mode='a' (--mode a): the shards already migrated are kept.",
+        "migrating a shard", array=where or "/", key=info.key(shard), advice=MIGRATE_ADVICE
     ):
-        _copy_shard(src_store, info, dst_store, where, target, shard)
+        _copy_shard(src_store, info, sink, shard)
 
 
-def _copy_shard(
-    src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
-) -> None:
+def _copy_shard(src_store: Any, info: Any, sink: ShardSink, shard: tuple[int, ...]) -> None:
     from zarr.buffer import default_buffer_prototype
 
-    from shardwise.codecs import ShardDecoder
-    from shardwise.format.shard import build_shard, write_order
-    from shardwise.io.reader import ArrayReader
-
     proto = default_buffer_prototype()
-    new_info = ArrayInfo.from_metadata(target, where)
-    new_key = key_under(where, new_info.key(shard))  # never outside the array
-    new_reader = ArrayReader(dst_store, new_info)
-    new_decoder = new_reader.decoder(shard)
-    if isinstance(new_decoder, ShardDecoder) and _new_shard_ok(dst_store, new_key, new_decoder):
-        return  # done by an earlier run
+    new_decoder = sink.decoder(shard)
+    there = None  # the shard in the destination, if any
+    if isinstance(new_decoder, ShardDecoder):
+        there = sink.fetch(shard)
+        if there is not None and _reads_back(new_decoder, there, sink.key(shard)):
+            return  # done by an earlier run
     old_key = info.key(shard)
     buf = _compat.sync(src_store.get(old_key, proto))
     if buf is None:
@@ -292,10 +269,10 @@ def _copy_shard(
     old = ArrayReader(src_store, info).decoder(shard)
     data = buf.as_numpy_array()  # the bytes as read: no copy
     if not isinstance(old, ShardDecoder):  # a chunk of an unsharded array
-        if _recoded(info.codecs, target.codecs):
-            blob = _reencode(target.codecs, old.decode(data, key=old_key, chunk=shard))
+        if _recoded(info.codecs, sink.info.codecs):
+            blob = _reencode(sink.info.codecs, old.decode(data, key=old_key, chunk=shard))
             buf = proto.buffer.from_bytes(blob)
-        _compat.sync(dst_store.set(new_key, buf))
+        sink.put(shard, buf)
         return
     assert isinstance(new_decoder, ShardDecoder)  # the same geometry as the old one
     view, table = old.parse(data, key=old_key)
@@ -309,10 +286,17 @@ def _copy_shard(
                 new_decoder.codec.codecs, old.chunk.decode(raw, key=old_key, chunk=inner)
             )
         chunks[tuple(inner)] = raw
-    order = write_order(new_decoder.chunks_per_shard, "C")
-    new_shard = build_shard(chunks, new_decoder.index, order, dst_store)
-    if new_shard is not None:
-        _compat.sync(dst_store.set(new_key, new_shard))
+    # an old shard with no chunks stays missing (and an unreadable one there goes)
+    sink.put_chunks(shard, chunks, existed=there is not None)
+
+
+def _reads_back(decoder: ShardDecoder, buf: Any, key: str) -> bool:
+    """Whether a shard already in the destination has an index that reads back."""
+    try:
+        decoder.parse(buf.to_bytes(), key=key)
+    except ShardwiseError:
+        return False
+    return True
 
 
 def _recoded(old: Any, new: Any) -> bool:

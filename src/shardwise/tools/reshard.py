@@ -4,7 +4,9 @@ Sources: Zarr v2, unsharded and sharded Zarr v3 (regular or rectilinear shard gr
 and stores of the 2022 sharding draft (:mod:`shardwise.io.sources`). Each array of the
 destination is ``sharding_indexed`` with the index at the end and crc32c.
 
-Two ways to fill a target shard, chosen per array before anything is written:
+Two ways to fill a target shard, chosen per array before anything is written (the task
+that fills one is :func:`shardwise.graph.copy.reshard_shard`; this module plans the job,
+writes the metadata and runs the graph):
 
 *repack*
     The target inner chunks are the source's chunks (same shape) and the codec chains
@@ -31,27 +33,34 @@ shard is whole).
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 import shardwise._compat as _compat
-from shardwise.errors import ShardwiseError, StoreExistsError, WriteError, naming_io_errors
-from shardwise.format.grid import check_write_geometry
+from shardwise.errors import ShardwiseError, StoreExistsError, WriteError
+from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_path
+from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import V2ArrayInfo
+from shardwise.graph.copy import CopyPlan, Stats, reshard_shard
+from shardwise.graph.plan import shard_box
+from shardwise.graph.write import wait_for
+from shardwise.io.listing import list_keys_sync
+from shardwise.io.open import has_zarr_json
 from shardwise.io.sources import KINDS, open_source
-from shardwise.io.stores import check_apart, check_replaceable, location, read_only_store_path
+from shardwise.io.stores import check_apart, check_replaceable, location
+from shardwise.tools.migrate import recode_zlib
 
 __all__ = ["ReshardReport", "reshard"]
 
 Sizes = Mapping[str, int] | str | None
-# what one task did: shards written, skipped, bytes read, bytes written, chunks
-# repacked, chunks re-encoded
-Stats = tuple[int, int, int, int, int, int]
 _ZERO: Stats = (0, 0, 0, 0, 0, 0)
 COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to this size
 
@@ -108,18 +117,6 @@ def _plural(n: int, word: str) -> str:
 
 
 # -- planning ----------------------------------------------------------------------------
-@dataclass
-class _ArrayPlan:
-    """One array's job; one key of the graph holds it, its tasks refer to it."""
-
-    src_store: Any
-    src: ArrayInfo
-    dst_store: Any
-    dst: ArrayInfo
-    repack: bool
-    resume: bool
-
-
 def _names(info: ArrayInfo) -> list[str]:
     dims = info.dimension_names
     if dims is None or any(d is None for d in dims):
@@ -146,8 +143,6 @@ def _grid_blocks(inner: tuple[int, ...], shape: tuple[int, ...]) -> tuple[tuple[
 
 
 def _check_sizes(name: str, sizes: Sizes, known: set[str]) -> None:
-    import numpy as np
-
     if sizes is None or sizes == "auto":
         return
     if isinstance(sizes, str) or not isinstance(sizes, Mapping):
@@ -175,8 +170,6 @@ def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[Any, ...]:
     """The inner codec chain of the target: the source's (zlib as gzip: Zarr v3 has no
     zlib codec), or ``bytes`` and the codecs given."""
     from zarr.codecs import BytesCodec
-
-    from shardwise.tools.migrate import recode_zlib
 
     if codecs is None:
         sharding = info.sharding
@@ -219,9 +212,6 @@ def _plan_array(
 ) -> tuple[Any, bool]:
     """The target's zarr-python metadata, and whether its chunks can be repacked."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-
-    from shardwise.format.grid import auto_chunks, auto_shards
-    from shardwise.format.rectilinear import enabled
 
     names = _names(info)
     itemsize = info.dtype.itemsize
@@ -375,14 +365,12 @@ def _prepare(
     storage_options: dict[str, Any] | None,
     target_options: dict[str, Any] | None,
     consolidated: bool,
-) -> tuple[list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]], ReshardReport]:
+) -> tuple[list[tuple[CopyPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]], ReshardReport]:
     """Plan every array (and refuse what cannot be done) before writing; then write the
     groups and array metadata. Returns each array's plan and target shards to fill."""
     import zarr
     from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
-
-    from shardwise.format.rectilinear import enabled
 
     source = open_source(src, group, storage_options)
     chosen = dict(source.arrays)
@@ -401,10 +389,11 @@ def _prepare(
     known = {n for info in chosen.values() for n in _names(info)}
     _check_sizes("shards", shards, known)
     _check_sizes("chunks", chunks, known)
+    opened = {}  # the arrays copied whole, opened once
     for rel, err in unreadable.items():
         if rel in source.damaged:  # a document no reader opens: named, unless left out
             raise err
-        _check_copyable(source, rel, err)
+        opened[rel] = _open_copyable(source, rel, err)
 
     targets = {
         rel: _plan_array(source.kind, info, rel, shards=shards, chunks=chunks, codecs=codecs)
@@ -412,11 +401,7 @@ def _prepare(
     }
 
     # the destination
-    try:
-        existing = read_only_store_path(dst, target_options)
-        exists = _compat.sync(existing.store.exists(f"{existing.path}/zarr.json".lstrip("/")))
-    except FileNotFoundError:
-        exists = False
+    exists = has_zarr_json(dst, target_options)
     if exists and mode == "w-" and not resume:
         raise StoreExistsError(
             "the destination holds Zarr data already",
@@ -433,7 +418,7 @@ def _prepare(
         parts = rel.split("/")[:-1]
         needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
     groups = sorted(g for g in source.groups if g in needed or variables is None)
-    copies = {rel: _copy_plan(source, rel) for rel in unreadable}
+    copies = {rel: (arr, _copy_plan(arr, source, rel)) for rel, arr in opened.items()}
     # which target shards take data from which source objects (the source is listed)
     shards_of = {
         rel: _target_shards(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
@@ -449,15 +434,14 @@ def _prepare(
             if attrs and not resume:
                 node.attrs.update(attrs)
         for rel, (metadata, _) in targets.items():
-            where = f"{prefix}/{rel}" if prefix else rel
             if resume:  # checked before anything was written
                 continue
             with enabled():
                 for key, buf in metadata.to_buffer_dict(proto).items():
-                    _compat.sync(store.set(key_under(prefix, f"{where}/{key}"), buf))
-        for rel, copy in copies.items():
-            if not (resume and _compat.sync(store.exists(f"{prefix}/{rel}/zarr.json".lstrip("/")))):
-                _copy_whole(source, rel, root, copy, dry=dry)
+                    _compat.sync(store.set(key_under(prefix, f"{_under(prefix, rel)}/{key}"), buf))
+        for rel, (arr, copy) in copies.items():
+            if not (resume and _compat.sync(store.exists(f"{_under(prefix, rel)}/zarr.json"))):
+                _copy_whole(arr, rel, root, copy, dry=dry)
 
     # a dry run into memory first: what zarr-python refuses (a fill value it cannot
     # encode, attributes that are not JSON) is refused before the first byte of dst
@@ -474,24 +458,21 @@ def _prepare(
             found=f"{type(e).__name__}: {e}",
             advice="Leave the array out with variables=[...] (--var). Nothing was written.",
         ) from e
-    if resume:  # the destination must be this run's, before anything is written to it
-        root = zarr.open_group(dst, mode="r", zarr_format=3, storage_options=target_options)
-        for rel, (metadata, _) in targets.items():
-            where = "/".join(p for p in (root.store_path.path.strip("/"), rel) if p)
-            _check_resumable(root.store_path.store, where, metadata, rel)
     root = zarr.open_group(
         dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
     )
-    write(root, resume=resume, dry=False)
     dst_store = root.store_path.store
     prefix = root.store_path.path.strip("/")
+    if resume:  # the destination must be this run's, before anything is written to it
+        for rel, (metadata, _) in targets.items():
+            _check_resumable(dst_store, _under(prefix, rel), metadata, rel)
+    write(root, resume=resume, dry=False)
 
     report = ReshardReport(groups=[g or "/" for g in groups])
     plans = []
     for rel, (metadata, repack) in targets.items():
-        where = f"{prefix}/{rel}" if prefix else rel
-        dst_info = ArrayInfo.from_metadata(metadata, where)
-        plan = _ArrayPlan(source.store, chosen[rel], dst_store, dst_info, repack, resume)
+        dst_info = ArrayInfo.from_metadata(metadata, _under(prefix, rel))
+        plan = CopyPlan(source.store, chosen[rel], dst_store, dst_info, repack, resume)
         plans.append((plan, shards_of[rel]))
         report.arrays.append(rel)
         (report.repacked if repack else report.reencoded).append(rel)
@@ -508,9 +489,14 @@ def _prepare(
     return plans, report
 
 
-def _check_copyable(source: Any, rel: str, err: Exception) -> None:
-    """Arrays shardwise cannot read (strings, objects) are copied whole through
-    zarr-python when small enough; refuse others before writing."""
+def _under(prefix: str, rel: str) -> str:
+    """The path of the array ``rel`` under the destination's root ``prefix``."""
+    return "/".join(p for p in (prefix, rel) if p)
+
+
+def _open_copyable(source: Any, rel: str, err: Exception) -> Any:
+    """An array shardwise cannot read (strings, objects), opened through zarr-python to
+    be copied whole when small enough; others are refused before writing."""
     import zarr
 
     arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
@@ -524,14 +510,12 @@ def _check_copyable(source: Any, rel: str, err: Exception) -> None:
             array=rel,
             advice="Leave it out with variables=[...] and copy it with zarr-python.",
         )
+    return arr
 
 
-def _copy_plan(source: Any, rel: str) -> dict[str, Any]:
-    """How a (small) array shardwise cannot read is copied through zarr-python,
-    unsharded: ``create_array``'s arguments but the data (nothing is read yet)."""
-    import zarr
-
-    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
+def _copy_plan(arr: Any, source: Any, rel: str) -> dict[str, Any]:
+    """How a (small) array shardwise cannot read (``arr``, opened by zarr-python) is
+    copied, unsharded: ``create_array``'s arguments but the data (nothing is read yet)."""
     attributes = dict(arr.attrs)
     dims = attributes.pop("_ARRAY_DIMENSIONS", None)
     fill = arr.metadata.fill_value
@@ -560,15 +544,12 @@ def _copy_plan(source: Any, rel: str) -> dict[str, Any]:
     }
 
 
-def _copy_whole(source: Any, rel: str, root: Any, plan: dict[str, Any], *, dry: bool) -> None:
-    """Copy a (small) array shardwise cannot read through zarr-python, unsharded (with
-    ``dry``: its metadata alone)."""
-    import zarr
-
+def _copy_whole(arr: Any, rel: str, root: Any, plan: dict[str, Any], *, dry: bool) -> None:
+    """Copy a (small) array shardwise cannot read (``arr``, opened by zarr-python),
+    unsharded (with ``dry``: its metadata alone)."""
     if dry:
         root.create_array(rel, **plan)
         return
-    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
     kwargs = {k: v for k, v in plan.items() if k not in ("shape", "dtype")}
     root.create_array(rel, data=arr[...], **kwargs)
 
@@ -578,8 +559,6 @@ def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
     import json
 
     from zarr.buffer import default_buffer_prototype
-
-    from shardwise.format.rectilinear import enabled
 
     key = f"{where}/zarr.json"
     buf = _compat.sync(store.get(key, default_buffer_prototype()))
@@ -607,37 +586,24 @@ def _target_shards(
     or chunks of an unsharded source) it takes data from: the source's objects are
     listed, so absent source chunks and shards cost no request and no task."""
 
-    async def listing() -> list[str]:
-        return [k async for k in store.list_prefix(src.data_prefix)]
-
     found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    src_dims, dst_dims = src.layout.dims, dst.layout.dims
-    for key in _compat.sync(listing()):
+    for key in list_keys_sync(store, src.data_prefix):
         coords = src.coords(key)
         if coords is None:
             continue
-        ranges = []
-        for d, t, s in zip(src_dims, dst_dims, coords, strict=True):
-            lo = d.shard_start(s)
-            hi = min(lo + d.shard_size(s), d.extent)
-            ranges.append(t.shard_range(lo, hi - 1))
-        for target in _product(ranges):
+        box = shard_box(src.layout, coords)
+        ranges = [
+            t.shard_range(lo, hi - 1) for t, (lo, hi) in zip(dst.layout.dims, box, strict=True)
+        ]
+        for target in itertools.product(*ranges):
             found.setdefault(target, []).append(coords)
     return dict(sorted(found.items()))
 
 
-def _product(ranges: list[range]) -> list[tuple[int, ...]]:
-    import itertools
-
-    return list(itertools.product(*ranges))
-
-
 # -- the graph ---------------------------------------------------------------------------
-def _graph(plans: list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]]) -> Any:
+def _graph(plans: list[tuple[CopyPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]]) -> Any:
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import DataNode, Task, TaskRef
-
-    from shardwise.graph.write import wait_for
 
     token = uuid.uuid4().hex
     name = f"shardwise-reshard-{token}"
@@ -648,7 +614,7 @@ def _graph(plans: list[tuple[_ArrayPlan, dict[tuple[int, ...], list[tuple[int, .
         layer[pkey] = DataNode(pkey, plan)
         for shard, sources in shards.items():
             key = (name, i, *shard)
-            layer[key] = Task(key, _reshard_shard, TaskRef(pkey), shard, sources)
+            layer[key] = Task(key, reshard_shard, TaskRef(pkey), shard, sources)
             keys.append(key)
     graph = HighLevelGraph({name: layer}, {name: set()})
     return wait_for(f"shardwise-resharded-{token}", graph, keys, combine=_sum)
@@ -661,133 +627,3 @@ def _sum(*stats: Stats | None) -> Stats:
             for i, v in enumerate(s):
                 total[i] += v
     return (total[0], total[1], total[2], total[3], total[4], total[5])
-
-
-def _valid(plan: _ArrayPlan, shard: tuple[int, ...]) -> bool:
-    """Whether the destination holds this shard with an index that reads back."""
-    from shardwise.io.reader import ArrayReader
-
-    try:
-        return ArrayReader(plan.dst_store, plan.dst).shard_index(shard) is not None
-    except ShardwiseError:
-        return False
-
-
-def _reshard_shard(
-    plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]
-) -> Stats:
-    """Fill one target shard from the source objects ``sources`` (see the module
-    docstring); a store's I/O error names the array and the target shard's key."""
-
-    with naming_io_errors(
-        "resharding a shard",
-        array=plan.dst.name,
-        key=plan.dst.key(shard),
-        advice="Check the stores (space, permissions, connection), then run again with "
-        "resume=True (--resume): the shards already written are kept.",
-    ):
-        return _fill_shard(plan, shard, sources)
-
-
-def _fill_shard(plan: _ArrayPlan, shard: tuple[int, ...], sources: list[tuple[int, ...]]) -> Stats:
-    import numpy as np
-
-    from shardwise.format.grid import ReadPlan
-    from shardwise.graph.write import _Target
-    from shardwise.io.reader import ArrayReader
-
-    if plan.resume and _valid(plan, shard):
-        return (0, 1, 0, 0, 0, 0)
-    dst, src = plan.dst, plan.src
-    target = _Target(
-        plan.dst_store,
-        dst,
-        offset=(0,) * dst.ndim,
-        region=tuple((0, n) for n in dst.shape),
-        write_empty_chunks=False,
-        order="morton",
-        fresh=not plan.resume,
-    )
-    region = []
-    for d, s in zip(dst.layout.dims, shard, strict=True):
-        lo = d.shard_start(s)
-        region.append((lo, min(lo + d.shard_size(s), d.extent)))
-    reader = ArrayReader(plan.src_store, src)
-    present = set(sources)
-
-    def reads_of(box: list[tuple[int, int]]) -> ReadPlan:
-        """The read plan of ``box``, restricted to the source objects that exist."""
-        full = src.layout.plan([slice(lo, hi) for lo, hi in box])
-        kept = tuple(r for r in full.shards if r.shard in present)
-        return ReadPlan(full.out_shape, kept, full.basic)
-
-    chunks: dict[tuple[int, ...], Any] = {}
-    if plan.repack:
-        read = 0
-        reads = reads_of(region)
-        inner = dst.layout.inner_shape(shard)
-        first = tuple(lo // c for (lo, _), c in zip(region, inner, strict=True))
-        for shard_read, data in zip(reads.shards, reader.fetch_encoded(reads), strict=True):
-            if data is None:
-                continue
-            base = tuple(
-                d.shard_start(s) // c
-                for d, s, c in zip(src.layout.dims, shard_read.shard, inner, strict=True)
-            )
-            for c in shard_read.chunks:
-                raw = data.get(c.inner)
-                if raw is not None:
-                    chunks[
-                        tuple(b + i - f for b, i, f in zip(base, c.inner, first, strict=True))
-                    ] = raw
-                    read += len(raw)
-        written = _put(plan, target, shard, chunks)
-        return (int(written > 0), 0, read, written, len(chunks), 0)
-    # decoded a slab of inner chunks at a time (along the first dimension): a worker
-    # holds one slab's values and the shard's encoded chunks, not the raw shard
-    boxes = target.inner_boxes(shard)
-    read = 0
-    inner0 = dst.layout.inner_shape(shard)[0]
-    for row in range(dst.layout.chunks_per_shard(shard)[0]):
-        lo0 = region[0][0] + row * inner0
-        slab = [(lo0, min(lo0 + inner0, region[0][1])), *region[1:]]
-        if slab[0][0] >= slab[0][1]:
-            break
-        part = reads_of(slab)
-        values = np.full(part.out_shape, src.fill_value, dtype=src.dtype)
-        reader.read_into(part, values)
-        read += values.nbytes
-        for inner_chunk, box in boxes.items():
-            if inner_chunk[0] != row:
-                continue
-            piece = values[
-                tuple(slice(a - r[0], b - r[0]) for (a, b), r in zip(box, slab, strict=True))
-            ]
-            encoded = target.encode(shard, target.padded(shard, piece))
-            if encoded is not None:
-                chunks[inner_chunk] = encoded
-        del values
-    written = _put(plan, target, shard, chunks)
-    return (int(written > 0), 0, read, written, 0, len(chunks))
-
-
-def _put(
-    plan: _ArrayPlan, target: Any, shard: tuple[int, ...], chunks: dict[tuple[int, ...], Any]
-) -> int:
-    """Store a target shard of ``chunks`` (none: nothing is stored; a resumed run
-    deletes a stale one); returns the bytes written."""
-
-    from shardwise.codecs import ShardDecoder
-    from shardwise.format.shard import build_shard, write_order
-
-    key = key_under(plan.dst.path, plan.dst.key(shard))  # never outside the array
-    decoder = target.decoder(shard)
-    assert isinstance(decoder, ShardDecoder)  # the target is always sharded
-    order = write_order(decoder.chunks_per_shard, target.order)
-    buf = build_shard(chunks, decoder.index, order, plan.dst_store)
-    if buf is None:
-        if plan.resume and _compat.sync(plan.dst_store.exists(key)):
-            _compat.sync(plan.dst_store.delete(key))
-        return 0
-    _compat.sync(plan.dst_store.set(key, buf))
-    return len(buf)

@@ -1,8 +1,9 @@
 """``shardwise.verify``: check every shard of a store, report the bad ones.
 
 For each Zarr v3 array under a group (or each array of a store of the 2022 sharding
-draft, :mod:`shardwise.io.draft`, whose indexes and chunks carry no checksums), every stored shard (found by listing the array's
-keys, so missing shards cost nothing) is checked with as few bytes as the checks need:
+draft, :mod:`shardwise.io.draft`, whose indexes and chunks carry no checksums), every
+stored shard (found by listing the array's keys, so missing shards cost nothing) is
+checked with as few bytes as the checks need:
 
 - the shard index: its size, its crc32c (when the index codecs have one), and every
   entry against the shard's size (inside the object, outside the index, no overlaps);
@@ -14,7 +15,8 @@ The shards checked are those the listing finds (their keys mapped to grid coordi
 the cost follows the shards stored, however large the grid.
 
 When only the index needs checking, a shard costs its size and one ranged read of its
-index; otherwise one read of the whole object. From a shell: ``python -m shardwise
+index (:func:`~shardwise.io.shard_index.read_shard_index`, as a read reads it); otherwise
+one read of the whole object. From a shell: ``python -m shardwise
 verify PATH [--group G] [--decode]``; the exit status is 1 when anything is bad, 2
 when there is no Zarr v3 group or array to verify.
 """
@@ -25,9 +27,18 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 import shardwise._compat as _compat
-from shardwise.errors import ShardwiseError
+from shardwise.codecs import Context, ShardDecoder, verify_crc32c
+from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.format.index import EMPTY
+from shardwise.format.metadata import metadata_key, read_document
+from shardwise.io.draft import DraftStore, is_draft_root
+from shardwise.io.listing import list_keys, metadata_keys
+from shardwise.io.reader import ArrayReader
+from shardwise.io.shard_index import Tally, read_shard_index
+from shardwise.io.stores import read_only_store_path
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -91,11 +102,6 @@ def verify(
     bad data: everything found is in the returned :class:`VerifyReport`, a ``zarr.json``
     that cannot be read included (its arrays' shards are then not checked)."""
 
-    from shardwise.errors import NotAZarrStoreError
-    from shardwise.format.metadata import metadata_key
-    from shardwise.io.draft import is_draft_root
-    from shardwise.io.stores import read_only_store_path
-
     try:
         where = read_only_store_path(store, storage_options)
     except FileNotFoundError:
@@ -136,8 +142,6 @@ def verify(
 
 
 def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
-    from shardwise.io.draft import DraftStore
-
     try:
         return DraftStore.open(store, storage_options)
     except FileNotFoundError:
@@ -147,8 +151,6 @@ def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
 def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) -> None:
     """A store of the 2022 sharding draft: the same checks on every array under
     ``group``, except that draft indexes and chunks have no checksums to check."""
-
-    from shardwise.io.reader import ArrayReader
 
     todo = [group]
     while todo:
@@ -172,22 +174,14 @@ async def _documents(store: Any, base: str) -> dict[str, bytes]:
     """Every ``zarr.json`` under ``base``, by key."""
     from zarr.buffer import default_buffer_prototype
 
-    under = f"{base}/" if base else ""
-    keys = [
-        k
-        async for k in store.list_prefix(under)
-        if k == f"{under}zarr.json" or k.endswith("/zarr.json")
-    ]
+    keys = await metadata_keys(store, base)
     bufs = await asyncio.gather(*(store.get(k, default_buffer_prototype()) for k in keys))
     return {k: b.to_bytes() for k, b in zip(keys, bufs, strict=True) if b is not None}
 
 
-def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> Any:
+def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> ArrayReader | None:
     """The reader of the Zarr v3 array a document describes (None for a group, or for a
     document that cannot be read, which becomes a problem in ``report``)."""
-    from shardwise.format.metadata import read_document
-    from shardwise.io.reader import ArrayReader
-
     name = key.removesuffix("zarr.json").strip("/") or "/"
     try:
         info = read_document(raw, key)
@@ -200,7 +194,7 @@ def _array_of(store: Any, key: str, raw: bytes, report: VerifyReport) -> Any:
         return None
 
 
-def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:
+def _checks(reader: ArrayReader, decode: bool) -> tuple[bool, bool]:
     """(read whole objects, check trailing crc32c of inner chunks) for an array."""
     from zarr.codecs import Crc32cCodec
 
@@ -210,11 +204,11 @@ def _checks(reader: Any, decode: bool) -> tuple[bool, bool]:
     return decode or crc_last, crc_last and not decode
 
 
-async def _verify_array(reader: Any, report: VerifyReport, decode: bool) -> None:
+async def _verify_array(reader: ArrayReader, report: VerifyReport, decode: bool) -> None:
     info = reader.info
     store = reader.store
     prefix = info.data_prefix
-    keys = [k async for k in store.list_prefix(prefix)]
+    keys = await list_keys(store, prefix)
     report.requests += 1
     # the listing decides which shards there are: the work follows the shards stored,
     # not the grid (a grid of 10**14 shards with a few stored costs a few)
@@ -239,54 +233,77 @@ async def _verify_array(reader: Any, report: VerifyReport, decode: bool) -> None
         return  # chunks with no checksum: nothing to check short of decode=True
     for i in range(0, len(stored), _BATCH):
         batch = stored[i : i + _BATCH]
-        fetched = await asyncio.gather(*(_fetch(reader, key, shards[key], whole) for key in batch))
-        for key, got in zip(batch, fetched, strict=True):
+        if not whole:  # the indexes alone, read as a read reads them
+            read = await asyncio.gather(*(_read_index(reader, key, shards[key]) for key in batch))
+            for key, (error, tally) in zip(batch, read, strict=True):
+                report.shards += 1
+                report.requests += tally.requests
+                report.bytes_read += tally.nbytes
+                if error is not None:
+                    report.problems.append(
+                        Problem(info.name, key, error.chunk, type(error).__name__, str(error))
+                    )
+            continue
+        fetched = await asyncio.gather(*(_fetch(reader.store, key) for key in batch))
+        for key, (data, requests) in zip(batch, fetched, strict=True):
             report.shards += 1
-            report.requests += got[2]
-            report.bytes_read += got[3]
+            report.requests += requests
+            report.bytes_read += 0 if data is None else len(data)
             # in a thread: codecs decoded through zarr-python's pipeline call its sync(),
             # which refuses to run inside this event loop
-            await asyncio.to_thread(_check, reader, report, key, shards[key], got, whole, crc_only)
+            await asyncio.to_thread(_check, reader, report, key, shards[key], data, crc_only)
 
 
-async def _fetch(
-    reader: Any, key: str, shard: tuple[int, ...], whole: bool
-) -> tuple[Any, int | None, int, int]:
-    """(bytes: the object or its index, the object's size, requests, bytes read)."""
-    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+async def _read_index(
+    reader: ArrayReader, key: str, shard: tuple[int, ...]
+) -> tuple[ShardwiseError | None, Tally]:
+    """Check one shard's index against the object's size (asked first): (what is wrong
+    with it, or None; the requests made and bytes read). A shard deleted since the
+    listing is no problem."""
+    decoder = reader.decoder(shard)
+    assert isinstance(decoder, ShardDecoder)
+    tally = Tally()
+    try:
+        tally.requests += 1
+        size = await reader.store.getsize(key)
+        await read_shard_index(
+            reader.store,
+            key,
+            decoder.index,
+            array=reader.info.name,
+            size=size,
+            max_nbytes=decoder.chunk.max_encoded,
+            tally=tally,
+        )
+    except FileNotFoundError:
+        pass
+    except ShardwiseError as e:
+        return e, tally
+    return None, tally
+
+
+async def _fetch(store: Any, key: str) -> tuple[memoryview | None, int]:
+    """(the whole object, None when it is gone; requests made)."""
     from zarr.buffer import default_buffer_prototype
 
-    store = reader.store
-    proto = default_buffer_prototype()
     try:
-        if whole or reader.info.sharding is None:
-            buf = await store.get(key, proto)
-            data = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
-            return data, None if data is None else len(data), 1, 0 if data is None else len(data)
-        size = await store.getsize(key)
-        fmt = reader.decoder(shard).index
-        n = min(fmt.nbytes, size)
-        rng = RangeByteRequest(0, n) if fmt.location == "start" else SuffixByteRequest(n)
-        buf = await store.get(key, proto, rng if n else None)
-        data = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
-        return data, size, 2, 0 if data is None else len(data)
+        buf = await store.get(key, default_buffer_prototype())
     except FileNotFoundError:
-        return None, None, 1, 0
+        return None, 1
+    return None if buf is None else memoryview(buf.as_numpy_array()).cast("B"), 1
 
 
 def _check(
-    reader: Any,
+    reader: ArrayReader,
     report: VerifyReport,
     key: str,
     shard: tuple[int, ...],
-    got: tuple[Any, int | None, int, int],
-    whole: bool,
+    data: memoryview | None,
     crc_only: bool,
 ) -> None:
-    from shardwise.codecs import ShardDecoder
-
+    """Check a whole object: a shard's index and its inner chunks (their crc32c, or
+    decoded), or an unsharded array's chunk."""
     info = reader.info
-    data, size, _, _ = got
     name = info.name
     if data is None:  # deleted between the listing and the read
         return
@@ -296,14 +313,9 @@ def _check(
             report.chunks += 1
             _check_chunk(decoder, data, key, None, crc_only)
             return
-        if whole:
-            view, table = decoder.parse(data, key=key)
-        else:
-            table = decoder.decode_index(data, shard_nbytes=size, key=key)
+        view, table = decoder.parse(data, key=key)
     except ShardwiseError as e:
         report.problems.append(Problem(name, key, e.chunk, type(e).__name__, str(e)))
-        return
-    if not whole:
         return
     for inner in _present(table):
         report.chunks += 1
@@ -315,8 +327,6 @@ def _check(
 
 
 def _present(table: Any) -> list[tuple[int, ...]]:
-    import numpy as np
-
     cps = table.shape[:-1]
     flat = table.reshape(-1, 2)
     return [
@@ -329,8 +339,6 @@ def _check_chunk(
 ) -> None:
     """Decode the chunk, or (``crc_only``) check just its trailing crc32c, the way a
     read does, raising what a read would."""
-    from shardwise.codecs import Context, verify_crc32c
-
     if crc_only:
         verify_crc32c(raw, Context(decoder.array, key, chunk))
     else:

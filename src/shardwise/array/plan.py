@@ -1,0 +1,211 @@
+"""The write planner both write paths share: the grid a new array gets, the grid an
+existing one grows to on append, where a region lies, which data types may go into an
+existing array, the default mode, axis numbers as users give them, and the data step's
+graph (into an Icechunk fork or not).
+
+``shardwise.to_zarr`` writes one dask array (:func:`shardwise.array.api.array_to_zarr`)
+or the variables of a Dataset (:mod:`shardwise.xarray.to_zarr`). The two take their
+options differently (sizes per axis number, or per dimension name through xarray's
+encodings) and word their refusals for their callers, but every decision about the
+arrays they write is made here, once: the xarray layer builds on this module, never the
+reverse. Everything here is pure arithmetic on shapes, dask chunks and zarr metadata,
+except :func:`data_write`, which builds (and does not run) the write graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import shardwise._compat as _compat
+import shardwise.format.rectilinear as rl
+from shardwise.errors import ShardwiseError
+from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
+from shardwise.graph.write import data_graph
+
+__all__ = [
+    "GridPlan",
+    "appended_grid",
+    "axis_of",
+    "castable",
+    "chunk_target",
+    "dask_edges",
+    "dask_grid",
+    "data_write",
+    "default_mode",
+    "no_axis",
+    "padded_edges",
+    "rectilinear",
+    "region_bounds",
+]
+
+
+# -- axes ----------------------------------------------------------------------------------
+def axis_of(value: Any, ndim: int) -> int | None:
+    """``value`` as an axis number from 0 to ``ndim - 1`` (negative ones count from the
+    end), or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return None
+    return int(value) % ndim if -ndim <= value < ndim else None
+
+
+def no_axis(
+    kind: type[ShardwiseError], what: str, value: Any, ndim: int, name: str, key: str | None = None
+) -> ShardwiseError:
+    """The ``kind`` of error for ``value`` (what the user gave as ``what``) that is no
+    axis of an array of ``ndim`` axes."""
+    return kind(
+        f"{what} is not an axis of the array",
+        expected=f"axis numbers from {-ndim} to {ndim - 1}",
+        found=repr(value),
+        array=name,
+        key=key,
+    )
+
+
+# -- modes ---------------------------------------------------------------------------------
+def default_mode(mode: str | None, region: Any, append_dim: Any) -> str | None:
+    """``mode``, or where it is None the mode a write means: ``"a"`` for an append,
+    ``"r+"`` for a region write, else ``"w-"`` (create, refusing what exists). Both
+    paths then refuse the combinations they do not take, in their own words."""
+    if mode is not None:
+        return mode
+    return "a" if append_dim is not None else "r+" if region is not None else "w-"
+
+
+# -- the grid of a new array ------------------------------------------------------------------
+@dataclass(frozen=True)
+class GridPlan:
+    """The grid of a new array: regular shards (a tuple) or rectilinear ``edges`` (per
+    dimension one size, or the tuple of shard sizes), and the inner chunks; ``shards``
+    and ``edges`` None for an unsharded array with ``inner`` as its chunks."""
+
+    shards: tuple[int, ...] | None
+    edges: tuple[Any, ...] | None
+    inner: tuple[int, ...]
+
+
+def dask_grid(blocks: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The regular grid whose cells are the dask chunks ``blocks`` (regular ones: all
+    equal but a shorter last one), at least 1 along every axis."""
+    return tuple(max(1, c[0]) if c else 1 for c in blocks)
+
+
+def dask_edges(
+    name: Hashable, dims: Sequence[Hashable], blocks: Sequence[Sequence[int]]
+) -> tuple[Any, ...]:
+    """The rectilinear shard edges whose shards are the dask chunks ``blocks``, checked
+    (no empty chunk): one size where a dimension's chunks are regular, else the tuple of
+    sizes. A dimension in one dask chunk stays a tuple of one edge until padded
+    (:func:`padded_edges`)."""
+    rl.check_blocks(name, dims, blocks)
+    return tuple(b[0] if rl.is_regular(b) and len(b) > 1 else tuple(b) for b in blocks)
+
+
+def chunk_target() -> int:
+    """The inner chunk size aimed at, in bytes: dask config ``shardwise.chunk-bytes``
+    (1 MiB), for :func:`shardwise.format.rectilinear.auto_inner` and the like."""
+    return target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+
+
+def padded_edges(
+    edges: Sequence[Any], inner: Sequence[int], *, collapse: bool = False
+) -> tuple[Any, ...]:
+    """``edges`` with the last shard of every listed dimension padded to a multiple of
+    the inner chunk; ``collapse``: a dimension left with one edge becomes a regular
+    size (the xarray path's grids, so other readers see it regular)."""
+    return tuple(
+        e if isinstance(e, int) else rl.single(rl.pad(e, c)) if collapse else rl.pad(e, c)
+        for e, c in zip(edges, inner, strict=True)
+    )
+
+
+# -- the grid of an existing array after an append ----------------------------------------------
+def appended_grid(
+    metadata: Any,
+    name: Hashable,
+    dims: Sequence[Hashable],
+    axis: int,
+    blocks: Sequence[int],
+    *,
+    dask_shards: bool = False,
+    keep_regular: bool = False,
+) -> list[Any] | None:
+    """The grid a Zarr v3 array (``metadata``) gets when dask chunks of sizes ``blocks``
+    are appended along ``axis``, each a shard of its own, checked; None when the grid
+    only grows (xarray's or zarr-python's resize keeps it).
+
+    A rectilinear grid always takes the appended chunks as shards; a regular sharded one
+    only with ``dask_shards`` (``shards="dask"``). ``keep_regular``: a regular dimension
+    of a rectilinear grid stays regular unless ``dask_shards`` (the xarray path)."""
+    if metadata.zarr_format != 3:
+        return None
+    grid = metadata.chunk_grid
+    if isinstance(grid, _compat.RectilinearChunkGridMetadata):
+        old = tuple(grid.chunk_shapes)
+    elif dask_shards and metadata.sharding_codec is not None:
+        old = tuple(grid.chunk_shape)
+    else:
+        return None
+    if keep_regular and isinstance(old[axis], int) and not dask_shards:
+        return None
+    return rl.appended(metadata, name, dims, axis, blocks)
+
+
+def rectilinear(metadata: Any) -> bool:
+    """Whether the array of ``metadata`` has a rectilinear chunk (shard) grid."""
+    return isinstance(getattr(metadata, "chunk_grid", None), _compat.RectilinearChunkGridMetadata)
+
+
+# -- regions and data types ------------------------------------------------------------------
+def region_bounds(sel: slice, n: int) -> tuple[int, int] | None:
+    """Where the slice ``sel`` lies along a dimension of length ``n``: ``(start, stop)``
+    as ``slice.indices`` gives them, or None when a bound given lies outside
+    ``-n..n`` (past the array: a region write does not grow it)."""
+    start, stop, _ = sel.indices(n)  # first: it refuses bounds that are not integers
+    if any(b is not None and not -n <= b <= n for b in (sel.start, sel.stop)):
+        return None
+    return start, stop
+
+
+def castable(new: Any, old: Any) -> bool:
+    """Whether data of dtype ``new`` may be written into an array of dtype ``old``: cast
+    within its kind of values (numpy's ``same_kind``), never complex into real, float
+    into int or dates into numbers."""
+    return bool(np.can_cast(new, old, casting="same_kind"))
+
+
+# -- the data step -----------------------------------------------------------------------------
+def data_write(
+    source: Any,
+    target: Any,
+    region: tuple[slice, ...],
+    offset: tuple[int, ...],
+    *,
+    write_empty_chunks: bool | None,
+    order: str,
+    fresh: bool,
+    shards_per_task: int | str | None,
+    encode_split: int | str | None,
+    fork: Any = None,
+) -> Any:
+    """The delayed write of the dask array ``source`` into the zarr array ``target`` at
+    ``region`` (``offset``: its start): one task per shard. ``fresh``: the array was
+    created by this call, so no shard of it exists yet. ``fork``: an Icechunk fork
+    session to write through (the delayed then computes to the fork session holding the
+    changes, to merge into the session the fork came from)."""
+    return data_graph(
+        source,
+        target,
+        region,
+        offset,
+        write_empty_chunks,
+        order,
+        fresh,
+        shards_per_task or 1,
+        encode_split,
+        store=None if fork is None else fork.store,
+    )

@@ -1,0 +1,189 @@
+"""The tasks of the write graph: what runs on the workers, one shard put per shard.
+
+:func:`encode_block` is the task of one dask block (:func:`encode_batch` of a group of
+small blocks): it writes the shards the block covers whole and returns its parts of the
+others, encoded inner chunks and raw pieces of the inner chunks it shares. ``pick``
+takes one shard's part out of a block's parts, so that only it travels on.
+``write_shard`` is the task of a shard no single block covers: it gathers the parts,
+merges cut inner chunks (with the existing shard's, read once, where the write does not
+cover them) and stores the shard with one put. ``done`` and ``merge_sessions`` are the
+tasks of the done tree. Every shard is stored through the write's
+:class:`~shardwise.graph.target.WriteTarget`.
+
+Apart from the graph (:mod:`shardwise.graph.write`) because building the graph runs
+none of this, and the tasks read and write stores while the graph's building does not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.graph.plan import Box, Shard, inside, intersect, local, split_block
+from shardwise.graph.target import WriteTarget
+from shardwise.io.icechunk import distinct
+
+__all__ = [
+    "Contribution",
+    "done",
+    "encode_batch",
+    "encode_block",
+    "merge_sessions",
+    "pick",
+    "session_of",
+    "write_shard",
+]
+
+# a block's contribution to one shard: inner chunk -> encoded bytes (None: empty), and
+# raw pieces (inner chunk, where in the inner chunk, data) of inner chunks it shares
+Contribution = tuple[
+    dict[tuple[int, ...], bytes | None],
+    list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]],
+]
+
+
+def _contribution(
+    block: npt.NDArray[Any], box: Box, shard: Shard, target: WriteTarget
+) -> Contribution:
+    encoded: dict[tuple[int, ...], bytes | None] = {}
+    pieces: list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]] = []
+    for inner, ibox in target.inner_boxes(shard).items():
+        common = intersect(ibox, box)
+        if common is None:
+            continue
+        take = local(common, box)
+        if common == ibox:
+            encoded[inner] = target.encode(shard, target.padded(shard, block[take]))
+        else:
+            pieces.append((inner, local(common, ibox), np.array(block[take], copy=True)))
+    return encoded, pieces
+
+
+def encode_block(
+    block: npt.NDArray[Any], where: tuple[slice, ...], target: WriteTarget
+) -> dict[Shard, Contribution]:
+    """The task of one dask block (``where`` is its place in the source array): write
+    the shards it covers whole right here, and return its parts of the other shards it
+    touches, for their shard tasks."""
+    box = tuple((o + s.start, o + s.stop) for o, s in zip(target.offset, where, strict=True))
+    whole, gathered = split_block(target.info.layout, box)
+    block = np.asarray(block, dtype=target.info.dtype)
+    for shard in whole:
+        # the block holds every inner chunk of the shard: encode them straight into it
+        boxes = target.inner_boxes(shard)
+        builder = target.builder(shard)
+        for inner in target.write_order(shard):
+            chunk = target.padded(shard, block[local(boxes[inner], box)])
+            target.add_chunk(builder, shard, inner, chunk)
+        target.put(shard, builder.finish(target.store), existed=None)
+    parts = {shard: _contribution(block, box, shard, target) for shard in gathered}
+    if not target.sessions:
+        return parts  # a plain dict: distributed serializes it item by item
+    with_session = _Parts(parts)
+    with_session.session = target.session()
+    return with_session
+
+
+class _Parts(dict[Any, Any]):
+    """A block task's parts of the shards it shares, by shard, in a write that collects
+    Icechunk sessions: ``session`` is the fork session holding what the task wrote."""
+
+    session: Any = None
+
+
+def session_of(parts: _Parts) -> Any:
+    """A block task's fork session alone (run beside the parts, so only it travels)."""
+    return parts.session
+
+
+def merge_sessions(*results: Any) -> Any:
+    """A done-tree task of a write that collects Icechunk fork sessions: the sessions
+    its tasks handed back, merged into one (each distinct object once)."""
+    forks = distinct(r.session if isinstance(r, _Parts) else r for r in results)
+    if not forks:
+        return None
+    first, *rest = forks
+    if rest:
+        first.merge(*rest)
+    return first
+
+
+def encode_batch(
+    where: tuple[slice, ...], target: WriteTarget, counts: tuple[int, ...], *blocks: Any
+) -> dict[Shard, Contribution]:
+    """The task of a group of neighbouring blocks (``counts`` of them along each
+    dimension, in C order): put them together and write them as one block."""
+    out = np.empty(tuple(s.stop - s.start for s in where), dtype=target.info.dtype)
+    starts = []
+    for axis, n in enumerate(counts):
+        step = math.prod(counts[axis + 1 :])
+        sizes = [np.shape(blocks[i * step])[axis] for i in range(n)]
+        starts.append([0, *itertools.accumulate(sizes)])
+    for pos, block in zip(np.ndindex(*counts), blocks, strict=True):
+        out[tuple(slice(s[i], s[i + 1]) for s, i in zip(starts, pos, strict=True))] = block
+    return encode_block(out, where, target)
+
+
+def pick(parts: dict[Shard, Contribution], shard: Shard) -> dict[Shard, Contribution]:
+    """One shard's part of a block's parts (so that only it travels on)."""
+    return {shard: parts[shard]}
+
+
+def write_shard(
+    shard: Shard, covered: bool, target: WriteTarget, *blocks: dict[Shard, Contribution]
+) -> Any:
+    """Assemble and store one shard from the parts of the blocks touching it."""
+    info = target.info
+    region = target.region
+    key = info.key(shard)
+    chunks: dict[tuple[int, ...], bytes | None] = {}
+    pieces: dict[tuple[int, ...], list[tuple[tuple[slice, ...], npt.NDArray[Any]]]] = {}
+    for parts in blocks:
+        encoded, raw = parts[shard]
+        chunks.update(encoded)
+        for inner, where, data in raw:
+            pieces.setdefault(inner, []).append((where, data))
+
+    existing: dict[tuple[int, ...], Any] = {}
+    existed: bool | None = None
+    if not covered and not target.fresh:
+        old = target.fetch(shard)
+        existed = old is not None
+        if old is not None:
+            existing = target.stored_chunks(shard, old.as_numpy_array(), key)
+
+    boxes = target.inner_boxes(shard)
+    merged: dict[tuple[int, ...], npt.NDArray[Any]] = {}
+    for inner, inner_pieces in pieces.items():
+        ibox = boxes[inner]
+        if inside(ibox, region) or inner not in existing:
+            base = np.full(info.layout.inner_shape(shard), info.fill_value, dtype=info.dtype)
+        else:
+            base = target.decode_chunk(shard, existing[inner], key, inner)
+        for where, data in inner_pieces:
+            base[where] = data
+        merged[inner] = base
+
+    # in the write order: chunks the blocks encoded, chunks merged here (encoded straight
+    # into the shard), and existing chunks the write does not touch (kept as bytes)
+    builder = target.builder(shard)
+    for inner in target.write_order(shard):
+        if inner in chunks:
+            encoded_chunk = chunks[inner]
+            if encoded_chunk is not None:
+                builder.add(inner, encoded_chunk)
+        elif inner in merged:
+            target.add_chunk(builder, shard, inner, merged[inner])
+        elif inner in existing and intersect(boxes[inner], region) is None:
+            builder.add(inner, existing[inner])  # untouched: kept as bytes
+    target.put(shard, builder.finish(target.store), existed=existed)
+    return target.session()
+
+
+def done(*_: Any) -> None:
+    """A task of the done tree: it runs once the tasks it waits for have."""
+    return None

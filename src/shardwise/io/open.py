@@ -1,0 +1,149 @@
+"""Opening a store: whatever the user passed (a local path, a URL, a zarr-python
+``Store``, ``StorePath``, or an Icechunk session) as zarr-python's ``Store`` and a path
+in it, and which format is there (Zarr v3, Zarr v2, the 2022 sharding draft). Apart
+because every entry point opens stores (the reader, the hierarchy walk, the xarray
+engine, the writers, ``verify``, ``migrate``, ``reshard``) and each should open them the
+same way: :func:`store_path` is the one call of zarr-python's ``make_store_path`` and
+:func:`open_store` the one place the format is worked out.
+
+What the formats look like at a path ``p`` of a store whose own path is ``r``:
+
+- the 2022 draft: a ``r/zarr.json`` whose ``zarr_format`` is the draft protocol URI
+  (:data:`DRAFT_FORMAT`); the whole store is a draft store, whatever ``p`` is
+  (:mod:`shardwise.io.draft` reads it);
+- Zarr v3: a ``r/p/zarr.json`` (of an array or a group);
+- Zarr v2: a ``r/p/.zgroup`` or ``r/p/.zarray``.
+
+Opening reads as little as it can: the root document first (one request, which is all
+a v3 or draft store at its root needs), then one existence check per document looked
+for. It reads no metadata beyond telling formats apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import shardwise._compat as _compat
+from shardwise.format.metadata import metadata_key
+from shardwise.io.icechunk import session_store
+
+__all__ = [
+    "DRAFT",
+    "DRAFT_FORMAT",
+    "FORMATS",
+    "V2",
+    "V3",
+    "Opened",
+    "has_zarr_json",
+    "is_draft_root",
+    "open_store",
+    "store_path",
+]
+
+V3 = "Zarr v3"
+V2 = "Zarr v2"
+DRAFT = "2022 sharding draft"
+FORMATS = (V3, V2, DRAFT)
+"""The formats shardwise reads, as messages and reports name them."""
+
+DRAFT_FORMAT = "https://purl.org/zarr/spec/protocol/core/3.0"
+"""The ``zarr_format`` of the root document of a store of the 2022 draft."""
+
+
+def is_draft_root(raw: bytes | None) -> bool:
+    """Whether a root ``zarr.json`` is the draft's entry point document."""
+    if raw is None:
+        return False
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("zarr_format") == DRAFT_FORMAT
+
+
+def store_path(
+    store: Any,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    mode: Literal["r", "r+", "a", "w", "w-"] = "r",
+) -> Any:
+    """zarr-python's ``StorePath`` (a ``Store`` and a path in it) for ``store``, a path,
+    URL, ``Store``, ``StorePath`` or ``icechunk.Session`` (its store), opened as
+    ``zarr.open`` would with ``mode`` (``"r"``: read-only; ``"r+"``, ``"a"``, ``"w"``,
+    ``"w-"``: writable). ``FileNotFoundError`` when a local path does not exist and
+    ``mode`` is ``"r"``."""
+    found = _compat.make_store_path(
+        session_store(store), mode=mode, storage_options=storage_options
+    )
+    return _compat.sync(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A store opened read-only: ``store`` (zarr-python's ``Store``), ``root`` (the
+    store's own path in it: where a draft store starts) and ``path`` (the node asked
+    for, below ``root``: the full path in ``store``); both without slashes at the ends,
+    ``""`` for the store's root. ``format`` is one of :data:`FORMATS`, or None when no
+    Zarr metadata is at ``path``; ``document`` the name of the document that told
+    (``"zarr.json"``, ``".zgroup"`` or ``".zarray"``; ``"zarr.json"`` at ``root`` for a
+    draft store)."""
+
+    store: Any
+    root: str
+    path: str
+    format: str | None
+    document: str | None
+
+    @property
+    def prefix(self) -> str:
+        """``root`` as a key prefix (``"a/b/"``, or ``""``): where a draft store's keys
+        start."""
+        return f"{self.root}/" if self.root else ""
+
+
+def has_zarr_json(store: Any, storage_options: dict[str, Any] | None = None) -> bool:
+    """Whether a ``zarr.json`` lies at ``store``'s own path (one existence check): what a
+    writer asks of its destination before ``mode="w-"`` refuses it. False when
+    ``store`` is a local path that does not exist."""
+    try:
+        where = store_path(store, storage_options)
+    except FileNotFoundError:
+        return False
+    exists: bool = _compat.sync(where.store.exists(metadata_key(where.path)))
+    return exists
+
+
+def open_store(
+    store: Any, storage_options: dict[str, Any] | None = None, *, group: str | None = None
+) -> Opened | None:
+    """Open ``store`` (a path, URL, zarr ``Store``, ``StorePath`` or Icechunk session)
+    read-only and work
+    out the format of the node at ``group`` in it (the store's own root when None). None
+    when ``store`` is a local path that does not exist."""
+    try:
+        where = store_path(store, storage_options)
+    except FileNotFoundError:
+        return None
+    root = where.path.strip("/")
+    path = "/".join(p for p in (root, (group or "").strip("/")) if p)
+    found = _compat.sync(_format_at(where.store, root, path))
+    return Opened(where.store, root, path, *found)
+
+
+async def _format_at(store: Any, root: str, path: str) -> tuple[str | None, str | None]:
+    """``(format, document)`` of the node at ``path`` of a store starting at ``root``."""
+    from zarr.buffer import default_buffer_prototype
+
+    buf = await store.get(metadata_key(root), prototype=default_buffer_prototype())
+    raw = None if buf is None else buf.to_bytes()
+    if is_draft_root(raw):
+        return DRAFT, "zarr.json"
+    if path == root and raw is not None:
+        return V3, "zarr.json"
+    under = f"{path}/" if path else ""
+    for name, kind in (("zarr.json", V3), (".zgroup", V2), (".zarray", V2)):
+        if (name != "zarr.json" or path != root) and await store.exists(under + name):
+            return kind, name
+    return None, None

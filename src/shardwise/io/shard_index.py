@@ -1,0 +1,175 @@
+"""Reading one shard's index from a store: the one piece of code that fetches, checks and
+names what is wrong with a ``sharding_indexed`` index.
+
+:func:`read_shard_index` fetches the index bytes (a range for an index at the start, a
+suffix for one at the end), checks their length and crc32c, parses the entries and
+checks them against the object (:func:`~shardwise.format.index.check_entries`), raising
+the error a read names: :class:`~shardwise.errors.TruncatedShardError`,
+:class:`~shardwise.errors.CorruptShardError` or :class:`~shardwise.errors.ChecksumError`.
+:class:`~shardwise.io.reader.ArrayReader` (which caches what it reads, and takes the
+indexes a fan-out graph supplies, before it asks), ``shardwise.inventory`` (which reads
+an index for every stored shard and fetches no chunk) and ``shardwise.verify`` (which
+reports every problem rather than stopping at the first) all read indexes through it.
+
+It is apart from the reader because those three want the same bytes and the same checks
+with different surroundings: what the object's size is known to be, whether the entries
+are about to be fetched, whether store errors are named as a read's, and what the reads
+cost (:class:`Tally`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from shardwise.errors import CorruptShardError, TruncatedShardError, naming_io_errors
+from shardwise.format.grid import INT64_MAX
+from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
+
+__all__ = ["Tally", "naming", "read_index_bytes", "read_shard_index"]
+
+Table = npt.NDArray[np.uint64]
+
+
+@dataclass(slots=True)
+class Tally:
+    """What reading indexes cost: the store requests made (counted as they are made, so
+    a read that failed is counted too) and the bytes they returned."""
+
+    requests: int = 0
+    nbytes: int = 0
+
+
+def naming(array: str, key: str) -> contextlib.AbstractContextManager[None]:
+    """An OSError of a read names the array and the shard's key (StoreIOError)."""
+    return naming_io_errors(
+        "reading a shard",
+        array=array,
+        key=key,
+        advice="Check the store (the connection, credentials, permissions), then read again.",
+    )
+
+
+async def read_shard_index(
+    store: Any,
+    key: str,
+    fmt: IndexFormat,
+    *,
+    array: str | None = None,
+    size: int | None = None,
+    max_nbytes: int | None = None,
+    fetching: bool = True,
+    sem: asyncio.Semaphore | None = None,
+    name_errors: bool = False,
+    tally: Tally | None = None,
+) -> Table | None:
+    """The checked index of the shard at ``key`` of ``store`` (``(offset, nbytes)`` pairs
+    of shape ``fmt.chunks_per_shard + (2,)``), or ``None`` when there is no such object.
+    One ranged request (two for a store that refuses a suffix longer than the object);
+    none when ``size`` tells the object is shorter than its index.
+
+    What is checked: the index's length and crc32c (when its codecs have one), then every
+    entry (:func:`~shardwise.format.index.check_entries`): both fields empty or neither,
+    no overlaps, outside the index and inside the object when its ``size`` is known. When
+    it is not, ``fetching`` (a reader about to fetch the ranges) has each entry end
+    inside the largest object a store can hold
+    (:data:`~shardwise.format.index.MAX_OBJECT`, less an index at the end), a
+    :class:`~shardwise.errors.TruncatedShardError` past it; without it (an inventory,
+    which fetches none) an entry need only be smaller than any object, a
+    :class:`~shardwise.errors.CorruptShardError` otherwise. ``max_nbytes`` is the most
+    bytes an inner chunk's codecs make of it (a larger entry is a
+    :class:`~shardwise.errors.CorruptShardError`; None: not checked).
+
+    ``array`` names the array in errors; ``name_errors`` turns the store's OSErrors into
+    :class:`~shardwise.errors.StoreIOError` naming the array and the key, as a read
+    raises them (else they pass as the store raised them). ``sem`` bounds the requests
+    in flight; ``tally`` counts them."""
+    if size is not None and size < fmt.nbytes:
+        raise TruncatedShardError(
+            "shard is shorter than its index",
+            expected=f"at least {fmt.nbytes} bytes",
+            found=f"{size} bytes",
+            array=array,
+            key=key,
+            advice="The shard is truncated; rewrite it from its source.",
+        )
+
+    async def get(byte_range: Any) -> memoryview | None:
+        from zarr.buffer import default_buffer_prototype
+
+        if tally is not None:
+            tally.requests += 1
+        errors = naming(array or "", key) if name_errors else contextlib.nullcontext()
+        with errors:
+            async with sem if sem is not None else contextlib.nullcontext():
+                buf = await store.get(key, default_buffer_prototype(), byte_range)
+        if buf is None:
+            return None
+        view = memoryview(buf.as_numpy_array()).cast("B")
+        if tally is not None:
+            tally.nbytes += len(view)
+        return view
+
+    raw = await read_index_bytes(get, fmt)
+    if raw is None:
+        return None
+    table = fmt.decode(raw, array=array, key=key)
+    start, stop = fmt.data_bounds(size)
+    check_entries(
+        table,
+        data_start=start,
+        data_stop=stop,
+        array=array,
+        key=key,
+        max_stop=MAX_OBJECT - (fmt.nbytes if fmt.location == "end" else 0) if fetching else None,
+        max_nbytes=max_nbytes,
+    )
+    if size is None and not fetching:
+        _check_sizes(table, array=array, key=key)
+    return table
+
+
+async def read_index_bytes(
+    get: Callable[[Any], Awaitable[memoryview | None]], fmt: IndexFormat
+) -> memoryview | None:
+    """The bytes of a shard's index, fetched with ``get(byte_range)`` (the object's
+    bytes, or None when it is absent): one ranged request, the first ``fmt.nbytes``
+    for an index at the start, a suffix for one at the end; for stores that refuse a
+    suffix longer than the object, the whole (small) object, trimmed. None for an
+    absent shard."""
+    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+    if fmt.location == "start":
+        return await get(RangeByteRequest(0, fmt.nbytes))
+    try:
+        raw = await get(SuffixByteRequest(fmt.nbytes))
+    except (OSError, ValueError):
+        raw = await get(None)
+    if raw is not None and len(raw) > fmt.nbytes:
+        raw = raw[-fmt.nbytes :]
+    return raw
+
+
+def _check_sizes(table: Table, *, array: str | None, key: str) -> None:
+    """No entry claims more bytes than any object holds: the bound on an index read
+    without its object's size and not about to be fetched (the others bound where
+    entries end), so that its sizes fit int64."""
+    empty = table[..., 0] == EMPTY
+    huge = ~empty & (table[..., 1] > np.uint64(INT64_MAX))
+    if huge.any():
+        at = tuple(int(x) for x in np.argwhere(huge)[0])
+        raise CorruptShardError(
+            "shard index entry claims an inner chunk larger than any object",
+            expected="nbytes < 2**63",
+            found=f"nbytes={int(table[at][1])}",
+            array=array,
+            key=key,
+            chunk=at,
+            advice="The shard index is corrupt; rewrite the shard from its source.",
+        )

@@ -1,0 +1,226 @@
+"""``shardwise.info``: a hierarchy at a glance, as text (``shardwise info PATH``) or JSON.
+
+:func:`info` opens every array under a group and sums up each as :class:`ArraySummary`
+(its shape, data type, shards, inner chunks and codecs and, when scanned, the totals of
+its :func:`~shardwise.tools.inventory.inventory`: shards and inner chunks stored, stored
+bytes, compression ratio), with the documents no reader opens listed apart, in one
+:class:`Info`. A scan costs what the inventory's totals cost: one listing and one
+index read per stored shard (:func:`~shardwise.tools.inventory.totals_of`), whatever the
+size of the grid.
+
+Apart from :mod:`shardwise.tools.inventory`, which it is built on: that module is one
+array's chunks, this one is the hierarchy's summary and its rendering.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shardwise.errors import ShardwiseError
+from shardwise.io.sources import open_source
+from shardwise.tools._text import (
+    byte_size,
+    codec_chain,
+    dims_text,
+    percent,
+    ratio_of,
+    shape_list,
+    store_name,
+)
+from shardwise.tools.inventory import totals_of
+
+if TYPE_CHECKING:
+    from shardwise.format.metadata import ArrayInfo
+
+__all__ = ["ArraySummary", "Info", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySummary:
+    """One array in :class:`Info`: its geometry and codecs, and (``error`` None) what
+    its inventory counted."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    dimension_names: tuple[str | None, ...] | None
+    shard_shape: tuple[Any, ...] | None  # None: unsharded
+    chunk_shape: tuple[Any, ...]  # inner chunks (the chunks of an unsharded array)
+    codecs: str
+    raw_bytes: int
+    stored_bytes: int | None = None  # inner chunks, indexes included
+    ratio: float | None = None  # raw_bytes / stored_bytes
+    shards_present: int | None = None
+    shards_total: int | None = None
+    chunks_present: int | None = None
+    chunks_total: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, path: str, info: ArrayInfo, totals: Mapping[str, Any] | None) -> ArraySummary:
+        """The summary of an array; ``totals`` are its inventory's attributes (None when
+        it was not scanned)."""
+        a = totals
+        return cls(
+            path=path,
+            shape=info.shape,
+            dtype=str(info.dtype),
+            dimension_names=info.dimension_names,
+            shard_shape=None if info.sharding is None else tuple(shape_list(info.shard_shape)),
+            chunk_shape=tuple(shape_list(info.inner_chunk_shape or info.shard_shape)),
+            codecs=codec_chain(info.codecs),
+            raw_bytes=math.prod(info.shape) * info.dtype.itemsize,
+            stored_bytes=None if a is None else a["total_bytes"],
+            ratio=None if a is None else a["overall_ratio"],
+            shards_present=None if a is None else a["shards_present"],
+            shards_total=info.layout.nshards,
+            chunks_present=None if a is None else a["chunks_present"],
+            chunks_total=None if a is None else a["chunks_total"],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(v: Any) -> Any:
+            return [plain(x) for x in v] if isinstance(v, tuple | list) else v
+
+        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    def lines(self) -> list[str]:
+        out = [
+            f"{self.path or '/'}  {self.dtype} {dims_text(self.shape, self.dimension_names)}",
+            f"  codecs   {self.codecs}",
+        ]
+        if self.shard_shape is None:
+            chunks = f"  chunks   {dims_text(self.chunk_shape, None)} (unsharded)"
+        else:
+            chunks = (
+                f"  shards   {dims_text(self.shard_shape, None)} of inner chunks "
+                f"{dims_text(self.chunk_shape, None)}"
+            )
+        out.append(chunks)
+        if self.error is not None:
+            out.append(f"  error    {self.error}")
+            return out
+        if self.shards_present is not None:
+            cp, ct = self.chunks_present or 0, self.chunks_total or 0
+            stored = (
+                f"  stored   {cp} of {ct} chunks ({percent(ct - cp, ct)} absent)"
+                if self.shard_shape is None
+                else f"  stored   {self.shards_present} of {self.shards_total} shards, "
+                f"{cp} of {ct} inner chunks ({percent(ct - cp, ct)} absent)"
+            )
+            ratio = "-" if self.ratio is None else f"{self.ratio:.2f}x"
+            out += [
+                stored,
+                f"  bytes    {byte_size(self.stored_bytes)} stored for {byte_size(self.raw_bytes)} "
+                f"raw: {ratio}",
+            ]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Info:
+    """A hierarchy at a glance (:func:`info`); ``str()`` is the text ``shardwise info``
+    prints, :meth:`to_dict` its JSON."""
+
+    store: str
+    format: str
+    group: str
+    groups: tuple[str, ...]
+    arrays: tuple[ArraySummary, ...]
+    unreadable: tuple[tuple[str, str], ...] = field(default=())  # (path, why)
+    damaged: tuple[str, ...] = field(default=())  # of those, documents no reader opens
+
+    @property
+    def stored_bytes(self) -> int | None:
+        sizes = [a.stored_bytes for a in self.arrays]
+        return None if any(s is None for s in sizes) else sum(s or 0 for s in sizes)
+
+    @property
+    def raw_bytes(self) -> int:
+        return sum(a.raw_bytes for a in self.arrays)
+
+    def to_dict(self) -> dict[str, Any]:
+        stored_ = self.stored_bytes
+        return {
+            "store": self.store,
+            "format": self.format,
+            "group": self.group,
+            "groups": list(self.groups),
+            "stored_bytes": stored_,
+            "raw_bytes": self.raw_bytes,
+            "ratio": None if stored_ is None else ratio_of(self.raw_bytes, stored_),
+            "arrays": [a.to_dict() for a in self.arrays],
+            "unreadable": [{"path": p, "error": e} for p, e in self.unreadable],
+            "damaged": list(self.damaged),
+        }
+
+    def __str__(self) -> str:
+        stored_ = self.stored_bytes
+        groups = ", ".join(g or "/" for g in self.groups)
+        head = [
+            f"store    {self.store}",
+            f"format   {self.format}",
+            f"group    {self.group or '/'}",
+            f"groups   {len(self.groups)}: {groups}",
+            f"arrays   {len(self.arrays)}"
+            + (f" (and {len(self.unreadable)} shardwise cannot read)" if self.unreadable else ""),
+        ]
+        if stored_ is not None and self.arrays:
+            ratio = ratio_of(self.raw_bytes, stored_)
+            head.append(
+                f"bytes    {byte_size(stored_)} stored for {byte_size(self.raw_bytes)} raw"
+                + ("" if ratio is None else f": {ratio:.2f}x")
+            )
+        body = [line for a in self.arrays for line in ["", *a.lines()]]
+        for path, why in self.unreadable:
+            what = "damaged document" if path in self.damaged else "cannot be read by shardwise"
+            body += ["", f"{path or '/'}  ({what})", f"  error    {why}"]
+        return "\n".join(head + body)
+
+
+def info(
+    store: Any,
+    *,
+    group: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    scan: bool = True,
+) -> Info:
+    """The hierarchy under ``group`` of ``store`` (a path, URL or zarr ``Store``): its
+    kind, groups and arrays, each with its shape, data type, shards, inner chunks and
+    codecs and (``scan``, the default) its :func:`inventory` totals: shards and inner
+    chunks stored, stored bytes and compression ratio. ``scan=False`` reads the
+    metadata only. An array whose inventory fails (a damaged index) is listed with its
+    error. The totals are summed over the stored shards alone: what a scan costs
+    follows the shards stored (a listing and an index read each), whatever the size of
+    the grid."""
+
+    src = open_source(store, group, storage_options)
+    arrays = []
+    for path, a in src.arrays.items():
+        if not scan:
+            arrays.append(ArraySummary.of(path, a, None))
+            continue
+        try:
+            arrays.append(ArraySummary.of(path, a, totals_of(src, a)))
+        except ShardwiseError as e:
+            failed = ArraySummary.of(path, a, None)
+            arrays.append(
+                ArraySummary(
+                    **{k: getattr(failed, k) for k in failed.__dataclass_fields__ if k != "error"},
+                    error=f"{type(e).__name__}: {e}",
+                )
+            )
+    return Info(
+        store=store_name(src.store),
+        format=src.kind,
+        group=src.base,
+        groups=tuple(sorted(src.groups)),
+        arrays=tuple(arrays),
+        unreadable=tuple(
+            (p, f"{type(e).__name__}: {e}") for p, e in sorted(src.unreadable.items())
+        ),
+        damaged=tuple(sorted(src.damaged)),
+    )

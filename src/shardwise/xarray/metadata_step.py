@@ -1,0 +1,380 @@
+"""The metadata step of a Dataset write, and every check before it.
+
+xarray's own metadata step (``ZarrStore`` through zarr-python) creates the arrays,
+attributes and CF encodings exactly as ``Dataset.to_zarr`` does; :class:`Capture` stands
+in for its ``ArrayWriter``, so numpy data is written as xarray writes it while dask data
+is kept for shardwise's one-task-per-shard graph. :func:`validate` runs every check and
+the whole metadata step once against a copy-on-write view of the store
+(:class:`shardwise.io.overlay.OverlayStore`), so bad input fails with the store
+untouched.
+
+Apart from :mod:`shardwise.xarray.to_zarr` (which runs this twice, dry and for real,
+then the data step) because this is the part that talks to xarray's ``ZarrStore``; the
+decisions it shares with the dask-array path (grids grown on append, regions, data
+types, modes) are :mod:`shardwise.array.plan`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import shardwise._compat as _compat
+import shardwise.format.rectilinear as rl
+from shardwise.array.plan import appended_grid, castable, default_mode, region_bounds
+from shardwise.errors import StoreExistsError, WriteError
+from shardwise.format.grid import check_write_geometry
+from shardwise.format.metadata import metadata_key
+from shardwise.format.shard import WRITE_ORDERS
+from shardwise.graph.plan import check_encode_split, check_shards_per_task
+from shardwise.io.overlay import OverlayStore
+from shardwise.io.stores import read_only_store_path
+from shardwise.xarray.encoding import (
+    ShardSpec,
+    SizeSpec,
+    check_spec,
+    check_v2_shards,
+    nested,
+    plan_encoding,
+)
+
+__all__ = ["Capture", "grow_grids", "metadata_step", "validate"]
+
+
+# -- capturing xarray's writes -----------------------------------------------------------
+class Capture:
+    """Stands in for xarray's ``ArrayWriter``: numpy data is written at once through
+    zarr-python (as xarray does), dask data is kept for shardwise's graph. In a dry
+    run nothing is written, only checked.
+
+    New arrays that get a rectilinear shard grid (``grids``, by name) have it written
+    here, when xarray hands over the array it created."""
+
+    def __init__(self, *, dry: bool, grids: Mapping[str, tuple[Any, ...]] | None = None) -> None:
+        self.dry = dry
+        self.grids = dict(grids or {})
+        # (dask array, zarr array, region, offset of the region)
+        self.items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]] = []
+
+    def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
+
+        target = self._regrid(target)
+        if self.dry:  # a grid no reader could read is refused before anything is written
+            _check_geometry(target)
+        region = tuple(region) if region else (slice(None),) * len(target.shape)
+        offset = _offsets(source, target, region)
+        if _compat.is_chunked_array(source):
+            self.items.append((source, target, region, offset))
+        elif not self.dry:
+            target[region] = source
+
+    def _regrid(self, target: Any) -> Any:
+        """``target`` with its rectilinear grid written, when it gets one."""
+
+        name = target.basename
+        if name not in self.grids:
+            return target
+        return rl.write_grid(target, self.grids[name])
+
+    def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
+        return None
+
+
+def _check_geometry(target: Any) -> None:
+    """:func:`~shardwise.format.grid.check_write_geometry` for a zarr array xarray created."""
+
+    meta = target.metadata
+    sharding = getattr(meta, "sharding_codec", None) if meta.zarr_format == 3 else None
+    grid = meta.chunk_grid if meta.zarr_format == 3 else None
+    outer: Any = getattr(grid, "chunk_shape", None) or getattr(grid, "chunk_shapes", None)
+    if sharding is None:
+        outer, inner = None, tuple(target.chunks)
+    else:
+        inner = tuple(sharding.chunk_shape)
+    check_write_geometry(
+        outer,
+        inner,
+        target.dtype.itemsize,
+        array=target.basename,
+        key=metadata_key(target.path),
+    )
+
+
+def grow_grids(
+    zstore: Any, ds: Any, existing: set[str], append_dim: Hashable | None, dask_shards: bool
+) -> None:
+    """Before an append: write the grids the existing arrays will have, where the
+    appended dask chunks become shards (rectilinear arrays, and sharded regular ones
+    with ``shards="dask"``). The edges then reach past the stored extent (as the spec
+    allows) and xarray's resize keeps them, rather than adding one edge for all the
+    appended values."""
+
+    if append_dim is None:
+        return
+    for name, var in ds.variables.items():
+        if str(name) not in existing or append_dim not in var.dims or var.chunks is None:
+            continue
+        array = zstore.zarr_group[str(name)]
+        metadata = array.metadata
+        dims = tuple(getattr(metadata, "dimension_names", None) or ())
+        if append_dim not in dims:
+            continue
+        # a regular dimension of a rectilinear grid stays regular (unless shards="dask")
+        edges = appended_grid(
+            metadata,
+            name,
+            dims,
+            dims.index(append_dim),
+            var.chunksizes[append_dim],
+            dask_shards=dask_shards,
+            keep_regular=True,
+        )
+        if edges is not None:
+            rl.write_grid(array, edges)
+
+
+@contextmanager
+def _regular_placeholders(zstore: Any) -> Iterator[None]:
+    """xarray refuses the rectilinear ``shards`` it reads from an existing array when
+    it checks the encoding of data appended or written into that array (the encoding
+    is not used for existing arrays): give it the inner chunks instead. ``ZarrStore``
+    has ``__slots__``, so for the duration of the block the store is an instance of a
+    subclass that only overrides ``open_store_variable`` (and is then a plain,
+    picklable ``ZarrStore`` again)."""
+    global _PlaceholderStore
+    if _PlaceholderStore is None:
+        from xarray.backends import ZarrStore
+
+        class PlaceholderStore(ZarrStore):
+            __slots__ = ()
+
+            def open_store_variable(self, name: str) -> Any:
+                var = super().open_store_variable(name)
+                if nested(var.encoding.get("shards")):
+                    var.encoding["shards"] = tuple(var.encoding["chunks"])
+                return var
+
+        _PlaceholderStore = PlaceholderStore
+    original = type(zstore)
+    if original is not _PlaceholderStore.__mro__[1]:
+        yield
+        return
+    zstore.__class__ = _PlaceholderStore
+    try:
+        yield
+    finally:
+        zstore.__class__ = original
+
+
+_PlaceholderStore: Any = None
+
+
+def _offsets(source: Any, target: Any, region: tuple[slice, ...]) -> tuple[int, ...]:
+    """Where in ``target`` the data goes; checks that it fits."""
+    starts = []
+    for i, (r, n) in enumerate(zip(region, target.shape, strict=True)):
+        start, stop, step = r.indices(n)
+        want = source.shape[i]
+        if step != 1 or stop - start != want or (r.stop is not None and r.stop > n):
+            raise WriteError(
+                "the region does not fit the array",
+                expected=f"{want} elements along axis {i} inside an array of length {n}",
+                found=f"region {r}",
+                array=target.path or "/",
+                advice="Write inside the array's bounds with steps of 1, or append with "
+                "append_dim=.",
+            )
+        starts.append(start)
+    return tuple(starts)
+
+
+def _overlay_of(store: Any, storage_options: Any) -> Any:
+    """A copy-on-write view of ``store`` (an empty one when nothing exists there yet)."""
+    from zarr.storage import MemoryStore, StorePath
+
+    try:
+        base = read_only_store_path(store, storage_options)
+    except FileNotFoundError:
+        return StorePath(OverlayStore(MemoryStore()), "")
+    return StorePath(OverlayStore(base.store), base.path)
+
+
+def _group_prefix(group: str | None) -> str:
+    """``"a/b/"`` for group ``"/a/b"``; ``""`` for the root."""
+    return f"{group.strip('/')}/" if group and group.strip("/") else ""
+
+
+def _existing_node(path: Any, group: str | None) -> str | None:
+    """The metadata key of a Zarr node at ``group`` in the store, if there is one."""
+
+    prefix = _group_prefix(group)
+    for name in ("zarr.json", ".zgroup", ".zarray"):
+        key = f"{path.path.rstrip('/')}/{prefix}{name}".lstrip("/")
+        try:
+            if _compat.sync(path.store.exists(key)):
+                return key
+        except KeyError:  # Icechunk's stores raise for Zarr v2 keys rather than say False
+            continue
+    return None
+
+
+def metadata_step(ds: Any, zstore: Any, encoding: Mapping[Hashable, Any], capture: Capture) -> None:
+
+    with _regular_placeholders(zstore):
+        ds = _compat.validate_region(zstore, ds)
+        _compat.validate_encoding(zstore, encoding)
+        _compat.dump_to_store(ds, zstore, capture, encoding=copy.deepcopy(dict(encoding)))
+
+
+def validate(
+    ds: Any,
+    store: Any,
+    mode: Any,
+    group: str | None,
+    encoding: dict[Hashable, Any],
+    append_dim: Hashable | None,
+    region: Any,
+    storage_options: Any,
+    zarr_format: int | None,
+    shards: ShardSpec,
+    chunks: SizeSpec,
+    write_order: str,
+    shards_per_task: Any = None,
+    encode_split: Any = None,
+) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
+    """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
+    the store. Returns the mode, the dataset and encoding to write, the names of the
+    arrays that exist already, the Zarr format (when not given: the existing
+    group's, when the call adds to one, else 3) and the rectilinear grids of new
+    arrays."""
+
+    _compat.validate_dataset_names(
+        ds
+    )  # xarray's own refusal and text, as Dataset.to_zarr does first
+    if write_order not in WRITE_ORDERS:
+        raise WriteError(
+            "unknown write order",
+            expected=f"one of {WRITE_ORDERS}",
+            found=repr(write_order),
+        )
+    try:
+        if shards_per_task is not None:
+            check_shards_per_task(shards_per_task)
+    except ValueError:
+        raise WriteError(
+            "bad shards_per_task",
+            expected="None, an integer >= 1 or 'auto'",
+            found=repr(shards_per_task),
+            advice="Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
+        ) from None
+    try:
+        check_encode_split(encode_split)
+    except ValueError:
+        raise WriteError(
+            "bad encode_split",
+            expected="None, an integer >= 1 or 'auto'",
+            found=repr(encode_split),
+            advice="Pass e.g. encode_split=8 to encode each shard in 8 tasks.",
+        ) from None
+    check_spec("shards", shards, set(ds.dims))
+    check_spec("chunks", chunks, set(ds.dims))
+    if isinstance(region, Mapping):
+        for dim, r in region.items():
+            if isinstance(r, slice) and r.step not in (None, 1):
+                raise WriteError(
+                    "region slices must have a step of 1",
+                    expected="slice(start, stop)",
+                    found=f"{dim}={r}",
+                    advice="Write each strided part separately, or write the whole span.",
+                )
+    # the default is the array path's; xarray's own refusals (and their text) follow
+    mode = _compat.choose_default_mode(
+        mode=default_mode(mode, region, append_dim),  # type: ignore[arg-type]
+        append_dim=append_dim,
+        region=region,
+    )
+
+    view = _overlay_of(store, storage_options)
+    node = None if mode == "w" else _existing_node(view, group)
+    if zarr_format is None:  # as the group it adds to, else the current format
+        zarr_format = 2 if node is not None and not node.endswith("zarr.json") else 3
+    check_v2_shards(zarr_format, shards, encoding)
+    if mode == "w-" and (key := node) is not None:
+        raise StoreExistsError(
+            "the store already holds Zarr data where mode='w-' creates a new dataset",
+            expected="no Zarr group or array at the target",
+            found=f"existing metadata {key!r}",
+            key=key,
+            advice="Pass mode='w' to overwrite, mode='a' to add variables, or "
+            "append_dim=/region= to extend it.",
+        )
+    dry = _compat.get_writable_zarr_store(
+        view,
+        mode=mode,
+        group=group,
+        consolidated=False,
+        append_dim=append_dim,
+        region=region,
+        safe_chunks=False,
+        zarr_format=zarr_format,
+    )
+    existing = set() if mode == "w" else set(dry.array_keys())
+    _check_dtypes(ds, dry, existing, group)
+    if isinstance(region, Mapping):
+        _check_region(ds, dry, region)
+    ds, encoding, grids = plan_encoding(ds, encoding, shards, chunks, existing, zarr_format)
+    grow_grids(dry, ds, existing, append_dim, shards == "dask")
+    metadata_step(ds, dry, encoding, Capture(dry=True, grids=grids))
+    return mode, ds, encoding, existing, zarr_format, grids
+
+
+def _check_region(ds: Any, zstore: Any, region: Mapping[str, Any]) -> None:
+    """Explicit region slices must lie inside the arrays and match the data's sizes."""
+    try:
+        sizes = zstore.get_dimensions()
+    except ValueError:
+        return  # conflicting stored lengths: xarray's own checks report it
+    for dim, r in region.items():
+        n = sizes.get(dim)
+        if not isinstance(r, slice) or n is None or dim not in ds.sizes:
+            continue
+        bounds = region_bounds(r, n)
+        if bounds is None or bounds[1] - bounds[0] != ds.sizes[dim]:
+            users = [str(k) for k, v in ds.data_vars.items() if dim in v.dims]
+            raise WriteError(
+                "the region does not fit the stored array",
+                expected=f"{ds.sizes[dim]} positions of dimension {dim!r} inside its "
+                f"stored length {n}",
+                found=f"region {dim}={r}",
+                array=users[0] if users else None,
+                advice="Give region slices inside the array and as long as the data, or "
+                "use append_dim= to grow the array.",
+            )
+
+
+def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -> None:
+    """Data written into an existing variable must keep its kind of values: no complex
+    into real, float into int, dates into numbers (xarray would cast them silently)."""
+    from xarray import conventions
+
+    for name, var in ds.variables.items():
+        if str(name) not in existing:
+            continue
+        old = conventions.decode_cf_variable(name, zstore.open_store_variable(str(name))).dtype
+        new = var.dtype
+        if old.kind in "OSUT" or new.kind in "OSUT":
+            continue  # strings: xarray's own check applies
+        if new.kind == old.kind or castable(new, old):
+            continue
+        raise WriteError(
+            "the data cannot be written into the existing variable without changing "
+            "its kind of values",
+            expected=f"{old} (or a type that casts to it safely)",
+            found=str(new),
+            array=str(name),
+            key=f"{_group_prefix(group)}{name}/zarr.json",
+            advice=f"Convert the data first (e.g. ds[{str(name)!r}].astype({str(old)!r})), "
+            "or write it to a new variable.",
+        )

@@ -1,0 +1,472 @@
+"""``shardwise.to_zarr``: xarray Datasets, DataArrays and DataTrees (and, handed on to
+:mod:`shardwise.array.api`, single dask arrays) written to sharded Zarr v3, one task per
+shard.
+
+The metadata step is xarray's own (``ZarrStore.store`` through zarr-python), so the
+arrays, attributes and CF encodings are exactly what ``Dataset.to_zarr`` writes. Only
+the data step differs: xarray hands every dask variable to an ``ArrayWriter``, and
+shardwise's writer captures them instead of calling ``dask.array.store``
+(:mod:`shardwise.xarray.metadata_step`), then builds its own graph
+(:func:`shardwise.array.plan.data_write`, the dask-array path's too) in which exactly
+one task writes each shard.
+
+Before anything is written the whole metadata step runs once against a copy-on-write
+view of the store (:class:`shardwise.io.overlay.OverlayStore`), so bad input fails with
+the store untouched; and ``mode="w"`` refuses to replace a store the data is read from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any, Literal
+
+import shardwise._compat as _compat
+import shardwise.format.rectilinear as rl
+from shardwise.array.api import array_to_zarr, is_array
+from shardwise.array.plan import data_write
+from shardwise.errors import ShardwiseError, WriteError
+from shardwise.graph.tasks import merge_sessions
+from shardwise.graph.write import finish_graph
+from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
+from shardwise.io.reader import ArrayReader
+from shardwise.io.stores import check_apart, check_replaceable, location
+from shardwise.xarray.encoding import ShardSpec, SizeSpec
+from shardwise.xarray.metadata_step import Capture, grow_grids, metadata_step, validate
+
+__all__ = ["to_zarr"]
+
+
+# -- a write must not replace what it reads ---------------------------------------------
+def _refuse_overwriting_sources(
+    obj: Any, store: Any, storage_options: Any, path: str | None
+) -> None:
+    """Refuse ``mode="w"`` where the destination is, holds or lies inside a store the
+    data is read from lazily: replacing it first would lose the values still to be
+    read."""
+    if store is None:
+        return
+
+    dst = location(store, path, storage_options)
+    for src in _read_locations(obj):
+        check_apart(
+            src,
+            dst,
+            advice="Write to another location, or load the data first (.load()) if it "
+            "fits in memory. Nothing was written.",
+        )
+
+
+def _read_locations(obj: Any) -> Iterator[Any]:
+    """The stores (with the array's path) that ``obj``'s lazy data reads from: arrays
+    opened with shardwise (``ArrayReader``) or zarr-python, found through xarray's lazy
+    wrappers and dask's ``from_array`` layers."""
+    import xarray as xr
+
+    if isinstance(obj, xr.DataTree):
+        datas = [v for node in obj.subtree for v in node.variables.values()]
+    elif isinstance(obj, xr.Dataset):
+        datas = list(obj.variables.values())
+    elif isinstance(obj, xr.DataArray):
+        datas = [obj.variable, *obj.coords.variables.values()]
+    else:
+        datas = [obj]
+    seen: set[int] = set()
+    for data in datas:
+        # a Variable's lazily indexed array (.data would load it)
+        data = _compat.lazy_data(data)
+        graph = getattr(data, "dask", None)
+        wrapped = (
+            [
+                getattr(v, "value", v)
+                for name, layer in graph.layers.items()
+                if name.startswith("original-")
+                for v in layer.values()
+            ]
+            if graph is not None
+            else [data]
+        )
+        for inner in wrapped:
+            for _ in range(32):  # down xarray's wrappers (.array) to the reader
+                if id(inner) in seen:
+                    break
+                seen.add(id(inner))
+                if isinstance(inner, ArrayReader):
+                    yield location(inner.store, inner.info.data_prefix)
+                    break
+                if type(inner).__name__ == "Array" and hasattr(inner, "store_path"):
+                    yield location(inner.store_path)  # a zarr.Array
+                    break
+                nxt = next(
+                    (getattr(inner, a) for a in ("reader", "array", "_array") if hasattr(inner, a)),
+                    None,
+                )
+                if nxt is None:
+                    break
+                inner = nxt
+
+
+def _as_dataset(obj: Any) -> Any:
+    import xarray as xr
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if isinstance(obj, xr.DataArray):
+        if obj.name is None:
+            return obj.to_dataset(name=_compat.DATAARRAY_VARIABLE)
+        if obj.name in obj.coords or obj.name in obj.dims:
+            ds = obj.to_dataset(name=_compat.DATAARRAY_VARIABLE)
+            ds.attrs[_compat.DATAARRAY_NAME] = obj.name
+            return ds
+        return obj.to_dataset()
+    raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
+
+
+def to_zarr(
+    obj: Any,
+    store: Any = None,
+    mode: str | None = None,
+    group: str | None = None,
+    encoding: Mapping[Any, Mapping[str, Any]] | None = None,
+    *,
+    compute: bool = True,
+    consolidated: bool | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[str, Any] | Literal["auto"] | None = None,
+    safe_chunks: bool = True,
+    align_chunks: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: dict[str, Any] | None = None,
+    shards: ShardSpec = None,
+    chunks: SizeSpec = None,
+    write_order: str = "morton",
+    shards_per_task: int | Literal["auto"] | None = None,
+    encode_split: int | Literal["auto"] | None = None,
+    path: str | None = None,
+    compressors: Any = None,
+    filters: Any = None,
+    serializer: Any = None,
+    fill_value: Any = None,
+    attributes: Mapping[str, Any] | None = None,
+    dimension_names: Any = None,
+    commit: str | None = None,
+) -> Any:
+    """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
+    does, with exactly one dask task writing each shard; or one ``dask.array.Array``
+    (see "dask arrays" below).
+
+    Takes ``Dataset.to_zarr``'s arguments and per-variable encodings (``chunks``,
+    ``shards``, ``compressors``, ``filters``, ``serializer``, ``dtype``, ``_FillValue``,
+    ``scale_factor``, ``add_offset``, ``units``, ``calendar``...). Dask chunks of any
+    size and alignment are accepted and never rechunked; ``safe_chunks`` and
+    ``align_chunks`` are accepted for compatibility and not needed.
+
+    Extra arguments:
+
+    shards, chunks
+        Shard and inner chunk sizes for every new variable: a mapping from dimension
+        name to size (dimensions not named span the whole array, or the whole shard),
+        or ``"auto"``: shards built from whole dask blocks toward dask config
+        ``shardwise.shard-bytes`` (128 MiB), inner chunks dividing them toward
+        ``shardwise.chunk-bytes`` (1 MiB). A variable's explicit ``encoding`` wins.
+        Shards without inner chunks get ``"auto"`` inner chunks.
+
+        ``shards="dask"``: every dask chunk becomes one shard, regular or not. Where a
+        variable's dask chunks are irregular the shards form a *rectilinear* grid
+        (variable-size shards; regular inner chunks that divide every shard but the
+        last); this is also what happens when no shard shape is given. On an append,
+        ``shards="dask"`` turns a regular array's grid rectilinear; appends to a
+        rectilinear array always add the appended dask chunks as shards.
+    write_order
+        How inner chunks are laid out in a shard: ``"morton"`` (Z-order) or ``"C"``.
+    shards_per_task
+        For tiny shards: let one task write about this many shards, by grouping
+        neighbouring dask chunks (never splitting one) that hold fewer; ``"auto"``
+        groups toward dask's ``array.chunk-size`` of data per task. ``None`` (default):
+        one task per dask chunk, fused with the tasks that make the chunk.
+    encode_split
+        For few large shards: split the encoding of each shard into about this many
+        tasks (cutting dask chunks at inner chunk boundaries; one task per shard still
+        makes the single put), so that every thread of the cluster works on them.
+        ``"auto"``: only when the shards written are fewer than the threads, into about
+        threads / shards parts of at least 8 MiB. ``1``: never. ``None`` (default):
+        dask config ``shardwise.encode-split``, itself ``"auto"`` by default.
+
+    Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
+    writes the data (the metadata is written already) and returns it.
+
+    Icechunk
+        ``store`` may be a writable ``icechunk.Session`` (or its ``session.store``): the
+        metadata is written in the session, the data through a fork of it
+        (``session.fork()``) whose copies the tasks hand back, merged and then merged
+        into the session. Nothing is committed unless ``commit="message"`` is given;
+        then the snapshot id is returned. With ``compute=False`` the delayed computes to
+        the merged fork session: ``session.merge(delayed.compute())``, then commit.
+
+    dask arrays
+        ``to_zarr(x, store, path="a/b", ...)`` writes the ``dask.array.Array`` ``x`` as
+        one Zarr array at ``path`` (default: the store's root), created with
+        zarr-python, with the same graph and guarantees. ``shards``: ``"dask"`` (the
+        default: every dask chunk becomes a shard; irregular chunks give a rectilinear
+        grid), ``"auto"``, a tuple of sizes per axis (``-1``: the whole axis) or a dict
+        by axis number; ``chunks`` (inner chunks) likewise, or ``"auto"`` (the
+        default). ``compressors``, ``filters``, ``serializer``, ``fill_value``,
+        ``attributes`` and ``dimension_names`` are zarr-python's ``create_array``
+        arguments, for a new array only. ``mode``: ``"w-"`` (default: refuse an
+        existing array), ``"w"`` (replace it), ``"a"`` (with ``append_dim=``, an axis
+        number, append along it), ``"r+"`` (with ``region=``, a tuple of slices or a
+        dict of them by axis number, write into part of it). ``zarr_format=2`` writes an
+        unsharded Zarr v2 array. Returns the ``zarr.Array``, or with ``compute=False``
+        a ``dask.delayed`` that writes the data (the metadata is written already) and
+        returns it.
+    """
+    import dask
+
+    if mode == "w":  # replacing what is there: never what the data is read from
+        where = path if is_array(obj) else group
+        check_replaceable(store, where, storage_options)
+        _refuse_overwriting_sources(obj, store, storage_options, where)
+    # zarr-python's create_array arguments, for one dask array written at `path`
+    creation = {
+        "compressors": compressors,
+        "filters": filters,
+        "serializer": serializer,
+        "fill_value": fill_value,
+        "attributes": attributes,
+        "dimension_names": dimension_names,
+    }
+    if is_array(obj):
+        dataset_only = {
+            "group": group,
+            "encoding": encoding or None,
+            "consolidated": consolidated,
+            "chunkmanager_store_kwargs": chunkmanager_store_kwargs,
+        }
+        if given := sorted(k for k, v in dataset_only.items() if v is not None):
+            raise WriteError(
+                "options for Datasets were given with a dask array",
+                expected="path=, shards=, chunks=, compressors=, fill_value=, attributes=... "
+                "for one array",
+                found=", ".join(given),
+                array=(path or "").strip("/") or "/",
+                advice="Give the array's place with path= and its codecs as keywords. "
+                "Nothing was written.",
+            )
+        if store is None:
+            from zarr.storage import MemoryStore
+
+            store = MemoryStore()
+        return array_to_zarr(
+            obj,
+            store,
+            mode=mode,
+            region=region,
+            append_dim=append_dim,  # type: ignore[arg-type]
+            compute=compute,
+            zarr_format=zarr_format,
+            storage_options=storage_options,
+            write_empty_chunks=write_empty_chunks,
+            write_order=write_order,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+            commit=commit,
+            path=path or "",
+            creation={"shards": shards, "chunks": chunks, **creation},
+        )
+    if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
+        raise WriteError(
+            "options for a single dask array were given with a Dataset",
+            expected="group= and encoding= for the variables of a Dataset",
+            found=", ".join(given),
+            advice="Give codecs and fill values per variable in encoding=, e.g. "
+            "encoding={'v': {'compressors': ...}}. Nothing was written.",
+        )
+    session = icechunk_session(store)
+    if session is None and commit is not None:
+        refuse_commit(store)
+    import xarray as xr
+
+    if isinstance(obj, xr.DataTree):
+        if session is not None:
+            raise WriteError(
+                "a DataTree cannot be written into an Icechunk session in one call",
+                expected="a Dataset (or DataArray) per call with an Icechunk session",
+                found="a DataTree",
+                advice="Write each node: shardwise.to_zarr(node.to_dataset(), session, "
+                "group=path) for path, node in tree.subtree_with_keys (the root with its "
+                "inherited coordinates), then commit. Nothing was written.",
+            )
+        return _tree_to_zarr(
+            obj,
+            store,
+            mode=mode,
+            group=group,
+            encoding=encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            shards=shards,
+            chunks=chunks,
+            write_order=write_order,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+        )
+    ds = _as_dataset(obj)
+    encoding = dict(encoding or {})
+    if store is None:
+        from zarr.storage import MemoryStore
+
+        store = MemoryStore()
+    if session is not None:
+        check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
+        store = session.store
+    with rl.enabled():  # zarr-python's flag, for this call only
+        try:
+            mode, ds, encoding, existing, zarr_format, grids = validate(
+                ds,
+                store,
+                mode,
+                group,
+                encoding,
+                append_dim,
+                region,
+                storage_options,
+                zarr_format,
+                shards,
+                chunks,
+                write_order,
+                shards_per_task,
+                encode_split,
+            )
+        except ShardwiseError:
+            raise
+        except ValueError as e:
+            raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
+
+        # the real metadata step (numpy data is written here, as xarray does)
+        zstore = _compat.get_writable_zarr_store(
+            store,
+            group=group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            mode=mode,  # type: ignore[arg-type]
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=False,
+        )
+        try:
+            grow_grids(zstore, ds, existing, append_dim, shards == "dask")
+            capture = Capture(dry=False, grids=grids)
+            metadata_step(ds, zstore, encoding, capture)
+        except BaseException:
+            zstore.close()
+            raise
+
+    # the data step: one graph for all dask variables (into an Icechunk session's fork)
+    fork = session.fork() if session is not None and capture.items else None
+    writes = []
+    for source, target, region_, offset in capture.items:
+        fresh = mode == "w" or target.basename not in existing  # no shard exists yet
+        writes.append(
+            data_write(
+                source,
+                target,
+                region_,
+                offset,
+                write_empty_chunks=write_empty_chunks,
+                order=write_order,
+                fresh=fresh,
+                shards_per_task=shards_per_task,
+                encode_split=encode_split,
+                fork=fork,
+            )
+        )
+    if not compute:
+        if fork is not None:  # the session's store stays here: it does not pickle
+            zstore.close()
+            return finish_graph(writes, merge_sessions)  # the fork sessions as one
+        return finish_graph(writes, _finish, zstore)
+    try:
+        if writes:
+            done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
+            if fork is not None:
+                merge_into(session, done)
+    finally:
+        zstore.close()
+    if commit is not None:
+        return session.commit(commit)
+    return zstore
+
+
+def _tree_to_zarr(
+    tree: Any,
+    store: Any,
+    *,
+    mode: str | None,
+    group: str | None,
+    encoding: Mapping[str, Any] | None,
+    compute: bool,
+    consolidated: bool | None,
+    append_dim: Hashable | None,
+    chunkmanager_store_kwargs: dict[str, Any] | None,
+    **options: Any,
+) -> Any:
+    """``DataTree.to_zarr`` with the shard writer: every node's dataset written to its
+    group (its own coordinates, the root's inherited ones at the root), with the same
+    refusals as xarray's, the data of all nodes in one dask computation."""
+    import dask
+    import zarr
+
+    if group is not None:
+        raise NotImplementedError("specifying a root group for the tree has not been implemented")
+    if append_dim is not None:
+        raise NotImplementedError(
+            "specifying ``append_dim`` with ``DataTree.to_zarr`` has not been implemented"
+        )
+    encoding = dict(encoding or {})
+    if set(encoding) - set(tree.groups):
+        raise ValueError(
+            f"unexpected encoding group name(s) provided: {set(encoding) - set(tree.groups)}"
+        )
+    if store is None:
+        from zarr.storage import MemoryStore
+
+        store = MemoryStore()
+    writes = []
+    for rel_path, node in tree.subtree_with_keys:
+        at_root = node is tree
+        writes.append(
+            to_zarr(
+                node.to_dataset(inherit=at_root),
+                store,
+                mode=mode,
+                group=None if at_root else rel_path,
+                encoding=encoding.get(node.path),
+                compute=False,
+                consolidated=False,
+                **options,
+            )
+        )
+        mode = "a" if mode in (None, "w", "w-") else mode  # the root made the store
+    stores = dask.compute(*writes, **(chunkmanager_store_kwargs or {})) if compute else None
+    if consolidated or consolidated is None:  # as xarray: consolidated unless told not to
+        root = zarr.open_group(store, mode="r+", storage_options=options.get("storage_options"))
+        zarr.consolidate_metadata(root.store_path)
+    if not compute:
+        return writes[0] if len(writes) == 1 else dask.delayed(list)(writes)
+    assert stores is not None
+    return stores[0]
+
+
+def _finish(zstore: Any, *writes: Any) -> Any:
+    del writes  # the writes are done before the store is closed
+    zstore.close()
+    return zstore
