@@ -747,7 +747,7 @@ def run_with_deadline(code: str, seconds: int = 2) -> str:
     deadline times the work, not imports (seconds on a loaded 2-core machine)."""
     prelude = (
         "import resource, signal\nresource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-        "import dask.array, xarray, zarr, shardwise.xarray.api, shardwise.xarray.backend, shardwise.io.reader\n"
+        "import dask.array, xarray, zarr, shardwise.xarray.to_zarr, shardwise.xarray.open, shardwise.xarray.backend, shardwise.io.reader\n"
     )
     code = prelude + textwrap.dedent(code).replace("DEADLINE", f"signal.alarm({seconds})")
     proc = subprocess.run(

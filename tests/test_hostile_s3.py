@@ -10,15 +10,15 @@ import re
 import numpy as np
 import pytest
 import zarr
+from test_hostile_decode import KEY, bombs, pristine, replace_chunk  # noqa: F401 (a fixture)
+from test_names import draft
+from test_overlap import _keys
+from test_reshard import upload
 from zarr.storage import LocalStore
 
 import shardwise
 from shardwise.errors import CorruptShardError, UnsafeNameError
 from test_giant_grid import POINTS, write_giant
-from test_hostile_decode import KEY, bombs, pristine, replace_chunk  # noqa: F401 (a fixture)
-from test_names import draft
-from test_overlap import _keys
-from test_reshard import upload
 from test_s3 import Target
 from test_validate_first import structured_v2
 

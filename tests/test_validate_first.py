@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zarr
-
-import shardwise
 from test_cli import LEGACY, run
 from test_overlap import snapshot
+
+import shardwise
 
 
 def structured_v2(path):

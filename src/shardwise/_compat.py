@@ -176,3 +176,20 @@ def validate_encoding(zstore: Any, encoding: Any) -> None:
     ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2025.6-2026.9.0.
     Public: none."""
     zstore._validate_encoding(encoding)
+
+
+# fsspec: the listing with sizes
+
+
+def has_fs_find(fs: Any) -> bool:
+    """Whether an fsspec filesystem has the asynchronous ``_find`` (async filesystems:
+    s3fs, gcsfs, adlfs, http). fsspec 2025.1-2026.x. Public: ``fs.find`` (synchronous)."""
+    return hasattr(fs, "_find")
+
+
+async def fs_find(fs: Any, path: str) -> dict[str, Any]:
+    """Every file below ``path`` of an async fsspec filesystem with its details (size
+    included), in one listing (``AsyncFileSystem._find``). fsspec 2025.1-2026.x.
+    Public: ``fs.find(path, detail=True)``, synchronous (it would block zarr's loop)."""
+    found: dict[str, Any] = await fs._find(path, maxdepth=None, withdirs=False, detail=True)
+    return found

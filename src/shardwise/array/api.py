@@ -37,7 +37,7 @@ from shardwise.errors import StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
-from shardwise.io.stores import read_only_store_path
+from shardwise.io.open import store_path
 
 __all__ = ["array_to_zarr", "from_zarr", "is_array"]
 
@@ -200,7 +200,7 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
     import zarr
 
     try:
-        base = read_only_store_path(store, storage_options)
+        base = store_path(store, storage_options)
     except FileNotFoundError:
         base = None
     node = None

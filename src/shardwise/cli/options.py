@@ -2,7 +2,7 @@
 
 ``--storage-option KEY=VALUE`` lists, ``dim=size`` lists (``--shards time=100,y=512``)
 and codecs (``--codec zstd:3``) are parsed here, each by a plain function that raises
-``ValueError`` naming what was expected (tested on its own in ``tests/test_cli.py``),
+``ValueError`` naming what was expected (tested on its own in ``tests/cli/test_cli.py``),
 and by a click option that runs it and turns its ``ValueError`` into a usage error
 (exit status 2) naming the option. They are apart from the commands and from
 :class:`~shardwise.cli.run.Run` because they are pure parsing: no store is opened, no

@@ -8,7 +8,7 @@ The implementation is private, one job a module, each importing only those befor
 the crc32c check), ``_decode`` (:class:`ChunkDecoder`, :class:`ShardDecoder`) and
 ``_encode`` (:class:`ChunkEncoder`). Other layers import from here."""
 
-from shardwise.codecs._chain import Context
+from shardwise.codecs._chain import Context, codec_name
 from shardwise.codecs._decode import ChunkDecoder, ShardDecoder, index_format_from_codecs
 from shardwise.codecs._decompress import decoded_size, verify_crc32c
 from shardwise.codecs._encode import ChunkEncoder, is_fill
@@ -18,6 +18,7 @@ __all__ = [
     "ChunkEncoder",
     "Context",
     "ShardDecoder",
+    "codec_name",
     "decoded_size",
     "index_format_from_codecs",
     "is_fill",

@@ -43,7 +43,7 @@ from shardwise.errors import (
     TruncatedShardError,
     UnsupportedCodecError,
 )
-from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
+from shardwise.format.index import EMPTY, IndexFormat
 
 __all__ = ["ChunkDecoder", "ShardDecoder", "index_format_from_codecs"]
 
@@ -394,18 +394,9 @@ class ShardDecoder:
         leaving room for an index at the end) and no larger than its codecs make an
         inner chunk. So a table this returns turns into byte ranges that neither
         overflow nor ask for more than one chunk's worth of bytes each."""
-        table = self.index.decode(raw, array=self.array, key=key)
-        start, stop = self.index.data_bounds(shard_nbytes)
-        check_entries(
-            table,
-            data_start=start,
-            data_stop=stop,
-            array=self.array,
-            key=key,
-            max_stop=MAX_OBJECT - (self.index.nbytes if self.index.location == "end" else 0),
-            max_nbytes=self.chunk.max_encoded,
+        return self.index.checked(
+            raw, size=shard_nbytes, array=self.array, key=key, max_nbytes=self.chunk.max_encoded
         )
-        return table
 
     def parse(self, shard: Bytes, *, key: str | None) -> tuple[memoryview, npt.NDArray[np.uint64]]:
         """A whole shard held in memory: its bytes and its checked index table (the

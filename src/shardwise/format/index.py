@@ -126,6 +126,42 @@ class IndexFormat:
             return self.nbytes, shard_nbytes
         return 0, None if shard_nbytes is None else shard_nbytes - self.nbytes
 
+    def checked(
+        self,
+        raw: bytes | memoryview | npt.NDArray[np.uint8],
+        *,
+        size: int | None,
+        array: str | None,
+        key: str | None,
+        max_nbytes: int | None,
+        fetching: bool = True,
+    ) -> Table:
+        """Decode a shard's index (``raw``, as :meth:`decode`) and check every entry
+        (:func:`check_entries`): inside the shard's data when its ``size`` is known; when
+        it is not and the caller is ``fetching`` the ranges, ending inside the largest
+        object a store can hold (:data:`MAX_OBJECT`, less an index at the end); when it
+        is neither (an inventory), each smaller than any object. ``max_nbytes``: the most
+        bytes an inner chunk's codecs make of it (None: not checked). The one check of
+        an index, whether the shard is held whole or only its index was fetched: a table
+        this returns turns into byte ranges that neither overflow nor ask for more than
+        one chunk's worth of bytes each."""
+        table = self.decode(raw, array=array, key=key)
+        start, stop = self.data_bounds(size)
+        check_entries(
+            table,
+            data_start=start,
+            data_stop=stop,
+            array=array,
+            key=key,
+            max_stop=MAX_OBJECT - (self.nbytes if self.location == "end" else 0)
+            if fetching
+            else None,
+            max_nbytes=max_nbytes,
+        )
+        if size is None and not fetching:
+            _check_sizes(table, array=array, key=key)
+        return table
+
 
 def check_entries(
     table: Table,
@@ -249,3 +285,22 @@ def check_entries(
                 "disjoint byte ranges",
                 f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}",
             )
+
+
+def _check_sizes(table: Table, *, array: str | None, key: str | None) -> None:
+    """No entry claims more bytes than any object holds: the bound on an index read
+    without its object's size and not about to be fetched (the others bound where
+    entries end), so that its sizes fit int64."""
+    empty = table[..., 0] == EMPTY
+    huge = ~empty & (table[..., 1] > np.uint64(MAX_OBJECT))
+    if huge.any():
+        at = tuple(int(x) for x in np.argwhere(huge)[0])
+        raise CorruptShardError(
+            "shard index entry claims an inner chunk larger than any object",
+            expected="nbytes < 2**63",
+            found=f"nbytes={int(table[at][1])}",
+            array=array,
+            key=key,
+            chunk=at,
+            advice="The shard index is corrupt; rewrite the shard from its source.",
+        )

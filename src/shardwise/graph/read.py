@@ -37,7 +37,7 @@ import numpy.typing as npt
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
-from shardwise.io.stores import SUPPLIED
+from shardwise.io.cache import SUPPLIED
 
 if TYPE_CHECKING:
     from shardwise.format.grid import DimGrid

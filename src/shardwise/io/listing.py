@@ -12,6 +12,8 @@ zarr-python's I/O loop for synchronous code.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +25,7 @@ __all__ = [
     "list_keys",
     "list_keys_sync",
     "list_names",
+    "list_sized",
     "metadata_keys",
 ]
 
@@ -69,3 +72,53 @@ async def metadata_keys(store: Any, path: str, depth: int | None = None) -> list
         if (key == f"{under}zarr.json" or key.endswith("/zarr.json"))
         and (depth is None or key[len(under) :].count("/") <= depth)
     ]
+
+
+async def list_sized(store: Any, prefix: str) -> tuple[list[str], list[int] | None]:
+    """The keys under ``prefix``, with their sizes where the store's listing has them
+    (local files, fsspec filesystems, obstore); one listing either way."""
+    from zarr.storage import FsspecStore, LocalStore, ObjectStore
+
+    if isinstance(store, LocalStore):
+        return await asyncio.to_thread(_walk, str(store.root), prefix.rstrip("/"))
+    if isinstance(store, FsspecStore) and _compat.has_fs_find(store.fs):
+        root = store.path.rstrip("/")
+        where = f"{root}/{prefix}" if root else prefix
+        try:
+            found = await _compat.fs_find(store.fs, where)
+        except FileNotFoundError:
+            return [], []
+        if all(isinstance(v, dict) and v.get("size") is not None for v in found.values()):
+            keys = [k.removeprefix(f"{root}/") if root else k.removeprefix("/") for k in found]
+            return keys, [int(v["size"]) for v in found.values()]
+    elif isinstance(store, ObjectStore):
+        import obstore
+
+        keys, sizes = [], []
+        async for batch in obstore.list(store.store, prefix=prefix):
+            for meta in batch:
+                keys.append(meta["path"])
+                sizes.append(int(meta["size"]))
+        return keys, sizes
+    return await list_keys(store, prefix), None
+
+
+def _walk(root: str, prefix: str) -> tuple[list[str], list[int]]:
+    """Files under ``root/prefix`` as store keys, with their sizes."""
+    keys: list[str] = []
+    sizes: list[int] = []
+    strip = len(root.rstrip(os.sep)) + 1
+    todo = [os.path.join(root, prefix) if prefix else root]
+    while todo:
+        try:
+            entries = os.scandir(todo.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for e in entries:
+                if e.is_dir():
+                    todo.append(e.path)
+                elif e.is_file():
+                    keys.append(e.path[strip:].replace(os.sep, "/"))
+                    sizes.append(e.stat().st_size)
+    return keys, sizes

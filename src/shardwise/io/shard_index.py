@@ -28,9 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.errors import CorruptShardError, TruncatedShardError, naming_io_errors
-from shardwise.format.grid import INT64_MAX
-from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
+from shardwise.errors import TruncatedShardError, naming_io_errors
+from shardwise.format.index import IndexFormat
 
 __all__ = ["Tally", "naming", "read_index_bytes", "read_shard_index"]
 
@@ -119,20 +118,9 @@ async def read_shard_index(
     raw = await read_index_bytes(get, fmt)
     if raw is None:
         return None
-    table = fmt.decode(raw, array=array, key=key)
-    start, stop = fmt.data_bounds(size)
-    check_entries(
-        table,
-        data_start=start,
-        data_stop=stop,
-        array=array,
-        key=key,
-        max_stop=MAX_OBJECT - (fmt.nbytes if fmt.location == "end" else 0) if fetching else None,
-        max_nbytes=max_nbytes,
+    return fmt.checked(
+        raw, size=size, array=array, key=key, max_nbytes=max_nbytes, fetching=fetching
     )
-    if size is None and not fetching:
-        _check_sizes(table, array=array, key=key)
-    return table
 
 
 async def read_index_bytes(
@@ -154,22 +142,3 @@ async def read_index_bytes(
     if raw is not None and len(raw) > fmt.nbytes:
         raw = raw[-fmt.nbytes :]
     return raw
-
-
-def _check_sizes(table: Table, *, array: str | None, key: str) -> None:
-    """No entry claims more bytes than any object holds: the bound on an index read
-    without its object's size and not about to be fetched (the others bound where
-    entries end), so that its sizes fit int64."""
-    empty = table[..., 0] == EMPTY
-    huge = ~empty & (table[..., 1] > np.uint64(INT64_MAX))
-    if huge.any():
-        at = tuple(int(x) for x in np.argwhere(huge)[0])
-        raise CorruptShardError(
-            "shard index entry claims an inner chunk larger than any object",
-            expected="nbytes < 2**63",
-            found=f"nbytes={int(table[at][1])}",
-            array=array,
-            key=key,
-            chunk=at,
-            advice="The shard index is corrupt; rewrite the shard from its source.",
-        )

@@ -2,8 +2,7 @@
 (overlap checks between a source and a destination) and naming the document that could
 not be read. The per-process shard-index cache and the index channel are owned by
 :mod:`shardwise.io.cache`, opening stores is :mod:`shardwise.io.open` and listing them
-:mod:`shardwise.io.listing`; their names the layers above import from here are imported
-here.
+:mod:`shardwise.io.listing`.
 
 All requests are coroutines run on zarr-python's I/O event loop (``zarr.core.sync``), so
 independent requests go out concurrently while the caller's thread does the decoding.
@@ -19,39 +18,18 @@ from typing import Any, NamedTuple
 import shardwise._compat as _compat
 from shardwise.errors import OverlapError, ShardwiseError, WriteError
 from shardwise.format.metadata import metadata_key, read_document
-from shardwise.io.cache import (
-    ABSENT,
-    IN_FLIGHT,
-    SUPPLIED,
-    IndexCache,
-    InFlight,
-    SuppliedIndexes,
-    clear_index_cache,
-    index_cache,
-    set_index_cache_size,
-)
 from shardwise.io.listing import metadata_keys
 from shardwise.io.open import store_path
 
 __all__ = [
-    "ABSENT",
-    "IN_FLIGHT",
-    "SUPPLIED",
     "ByteRange",
-    "InFlight",
-    "IndexCache",
     "Location",
-    "SuppliedIndexes",
     "ReadOptions",
     "check_apart",
     "check_replaceable",
-    "clear_index_cache",
     "coalesce",
-    "index_cache",
     "location",
     "metadata_error",
-    "read_only_store_path",
-    "set_index_cache_size",
     "store_token",
 ]
 
@@ -126,14 +104,6 @@ def coalesce(
     if members:
         groups.append((ByteRange(cur_start, cur_stop), members))
     return groups
-
-
-def read_only_store_path(store: Any, storage_options: dict[str, Any] | None = None) -> Any:
-    """zarr-python's ``StorePath`` (a ``Store`` and a path in it) for ``store``, a path,
-    URL or ``Store``, opened read-only as ``zarr.open`` would. ``FileNotFoundError`` when
-    a local path does not exist. (:func:`shardwise.io.open.store_path` with ``mode="r"``.)"""
-
-    return store_path(store, storage_options)
 
 
 def store_token(store: Any) -> str:
@@ -248,9 +218,9 @@ def location(
     if isinstance(store, str):
         found = _url(store, storage_options) if "://" in store else _local(store, store)
         return found.joined(path)
-    store_path = getattr(store, "store_path", None)  # a zarr Group or Array
-    if store_path is not None:
-        return location(store_path, path)
+    node_store_path = getattr(store, "store_path", None)  # a zarr Group or Array
+    if node_store_path is not None:
+        return location(node_store_path, path)
     inner = getattr(store, "store", None)
     if type(store).__name__ == "StorePath" and inner is not None:
         return location(inner, store.path).joined(path)
@@ -368,7 +338,7 @@ def metadata_error(
     if isinstance(error, ShardwiseError):
         return error
     try:
-        where = read_only_store_path(store, storage_options)
+        where = store_path(store, storage_options)
         full = "/".join(p for p in (where.path.strip("/"), prefix.strip("/")) if p)
         # (in a list: zarr's sync raises an exception a coroutine returns)
         (found,) = _compat.sync(_first_bad_document(where.store, full, depth, need_dims))

@@ -1,8 +1,8 @@
 """What an array has stored, for ``inventory`` and ``info``: its shards (from one listing
 of its keys) and the stored sizes of their inner chunks (from one index read per shard).
 
-:func:`listing` lists the keys under an array, with their sizes where the store's listing
-has them; :func:`stored` sorts them into the array's shards and its strays;
+:func:`~shardwise.io.listing.list_sized` lists the keys under an array, with their sizes
+where the store's listing has them; :func:`stored` sorts them into the array's shards and its strays;
 :func:`probe` reads each stored shard's index through
 :func:`~shardwise.io.shard_index.read_shard_index` (an unsharded array's chunk needs only
 its size), ``shardwise.inventory-concurrency`` requests in flight at a time, batches of
@@ -16,7 +16,6 @@ Dataset and totals are built from.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from shardwise.codecs import index_format_from_codecs
 from shardwise.format.grid import check_chunks_per_shard
 from shardwise.format.index import EMPTY, IndexFormat
 from shardwise.format.metadata import metadata_key
-from shardwise.io.listing import list_keys
 from shardwise.io.shard_index import Tally, read_shard_index
 
 if TYPE_CHECKING:
@@ -42,7 +40,6 @@ __all__ = [
     "Sizes",
     "Stored",
     "index_format",
-    "listing",
     "probe",
     "stored",
 ]
@@ -84,56 +81,6 @@ def stored(info: ArrayInfo, keys: Sequence[str], sizes: Sequence[int] | None = N
         sizes=None if sizes is None else tuple(n for _, _, n in found),
         strays=tuple(sorted(strays)),
     )
-
-
-async def listing(store: Any, prefix: str) -> tuple[list[str], list[int] | None]:
-    """The keys under ``prefix``, with their sizes where the store's listing has them
-    (local files, fsspec filesystems, obstore); one listing either way."""
-    from zarr.storage import FsspecStore, LocalStore, ObjectStore
-
-    if isinstance(store, LocalStore):
-        return await asyncio.to_thread(_walk, str(store.root), prefix.rstrip("/"))
-    if isinstance(store, FsspecStore) and hasattr(store.fs, "_find"):
-        root = store.path.rstrip("/")
-        where = f"{root}/{prefix}" if root else prefix
-        try:
-            found = await store.fs._find(where, maxdepth=None, withdirs=False, detail=True)
-        except FileNotFoundError:
-            return [], []
-        if all(isinstance(v, dict) and v.get("size") is not None for v in found.values()):
-            keys = [k.removeprefix(f"{root}/") if root else k.removeprefix("/") for k in found]
-            return keys, [int(v["size"]) for v in found.values()]
-    elif isinstance(store, ObjectStore):
-        import obstore
-
-        keys, sizes = [], []
-        async for batch in obstore.list(store.store, prefix=prefix):
-            for meta in batch:
-                keys.append(meta["path"])
-                sizes.append(int(meta["size"]))
-        return keys, sizes
-    return await list_keys(store, prefix), None
-
-
-def _walk(root: str, prefix: str) -> tuple[list[str], list[int]]:
-    """Files under ``root/prefix`` as store keys, with their sizes."""
-    keys: list[str] = []
-    sizes: list[int] = []
-    strip = len(root.rstrip(os.sep)) + 1
-    todo = [os.path.join(root, prefix) if prefix else root]
-    while todo:
-        try:
-            entries = os.scandir(todo.pop())
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        with entries:
-            for e in entries:
-                if e.is_dir():
-                    todo.append(e.path)
-                elif e.is_file():
-                    keys.append(e.path[strip:].replace(os.sep, "/"))
-                    sizes.append(e.stat().st_size)
-    return keys, sizes
 
 
 # -- probing: one index read per stored shard ---------------------------------------------

@@ -14,23 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.codecs import codec_name
+
 __all__ = [
     "byte_size",
     "codec_chain",
-    "codec_name",
     "dims_text",
     "percent",
     "ratio_of",
     "shape_list",
     "store_name",
 ]
-
-
-def codec_name(codec: Any) -> str:
-    try:
-        return str(codec.to_dict()["name"])
-    except Exception:
-        return type(codec).__name__
 
 
 def codec_chain(codecs: Sequence[Any]) -> str:

@@ -44,16 +44,17 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+from shardwise.codecs import codec_name
 from shardwise.errors import ShardwiseError, TooLargeError
 from shardwise.format.grid import INT64_MAX
 from shardwise.format.index import IndexFormat
 from shardwise.format.metadata import metadata_key
+from shardwise.io.listing import list_sized
 from shardwise.io.sources import Source, open_source
-from shardwise.tools._stored import Sizes, Stored, index_format, listing, probe, stored
+from shardwise.tools._stored import Sizes, Stored, index_format, probe, stored
 from shardwise.tools._text import (
     byte_size,
     codec_chain,
-    codec_name,
     dims_text,
     percent,
     ratio_of,
@@ -254,7 +255,7 @@ def inventories(
 def _found(src: Source, info: ArrayInfo) -> Stored:
     """The stored shards of an array: one listing."""
 
-    keys, sizes = _compat.sync(listing(src.store, info.data_prefix))
+    keys, sizes = _compat.sync(list_sized(src.store, info.data_prefix))
     return stored(info, keys, sizes)
 
 

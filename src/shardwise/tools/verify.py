@@ -36,9 +36,9 @@ from shardwise.format.index import EMPTY
 from shardwise.format.metadata import metadata_key, read_document
 from shardwise.io.draft import DraftStore, is_draft_root
 from shardwise.io.listing import list_keys, metadata_keys
+from shardwise.io.open import store_path
 from shardwise.io.reader import ArrayReader
 from shardwise.io.shard_index import Tally, read_shard_index
-from shardwise.io.stores import read_only_store_path
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -103,7 +103,7 @@ def verify(
     that cannot be read included (its arrays' shards are then not checked)."""
 
     try:
-        where = read_only_store_path(store, storage_options)
+        where = store_path(store, storage_options)
     except FileNotFoundError:
         where = None
     base = (group or "").strip("/")

@@ -29,8 +29,8 @@ from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
+from shardwise.io.open import store_path
 from shardwise.io.overlay import OverlayStore
-from shardwise.io.stores import read_only_store_path
 from shardwise.xarray.encoding import (
     ShardSpec,
     SizeSpec,
@@ -195,7 +195,7 @@ def _overlay_of(store: Any, storage_options: Any) -> Any:
     from zarr.storage import MemoryStore, StorePath
 
     try:
-        base = read_only_store_path(store, storage_options)
+        base = store_path(store, storage_options)
     except FileNotFoundError:
         return StorePath(OverlayStore(MemoryStore()), "")
     return StorePath(OverlayStore(base.store), base.path)

@@ -20,6 +20,8 @@ import xarray as xr
 import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli import assert_error_line, run
+from test_draft import LEGACY, write_draft
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore
@@ -29,8 +31,6 @@ from shardwise import UnsafeNameError, UnsupportedArrayError
 from shardwise.format import names as names_module
 from shardwise.format.names import key_under, node_name, node_path
 from shardwise.io.sources import open_source
-from test_cli import assert_error_line, run
-from test_legacy import LEGACY, write_draft
 
 ROOT = "/store/root"
 

@@ -30,7 +30,7 @@ from shardwise.io.sources import open_source
 from shardwise.testing import CountingStore
 from shardwise.tools.inventory import summary
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 EMPTY = 2**64 - 1
 RECTILINEAR = {"array.rectilinear_chunks": True}
 
@@ -709,7 +709,7 @@ def test_arrays_shardwise_cannot_read(tmp_path):
 def test_docs_show_real_output(tmp_path, monkeypatch):
     """Each python block of docs/inventory.md followed by a text block prints that text
     (the blocks run in order, in one namespace, in an empty directory)."""
-    doc = (Path(__file__).parents[1] / "docs" / "inventory.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "inventory.md").read_text()
     blocks = list(re.finditer(r"```(\w*)\n(.*?)```\n", doc, re.S))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}

@@ -18,7 +18,7 @@ import shardwise
 from shardwise import StoreExistsError, WriteError
 from shardwise.testing import CountingStore
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 EXPECTED = dict(np.load(LEGACY / "expected.npz"))
 EMPTY = 2**64 - 1
 

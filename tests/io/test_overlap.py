@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from test_cli import LEGACY, run
 
 import shardwise
 from shardwise.errors import OverlapError, ShardwiseError
 from shardwise.io.stores import Location, check_apart, location
-from test_cli import LEGACY, run
 
 pytestmark = pytest.mark.usefixtures("_threads")
 
@@ -191,6 +191,7 @@ def _keys(s3, bucket) -> dict[str, bytes]:
 @pytest.mark.parametrize("client", ["s3fs", "obstore"])
 def test_reshard_on_s3_refuses_overlap(s3, bucket, tmp_path, client):
     from test_reshard import upload
+
     from test_s3 import Target
 
     local = make_v3(tmp_path / "src.zarr")
@@ -297,6 +298,7 @@ def test_overwrite_on_s3_removes_only_what_is_under_dst(s3, bucket, tmp_path, cl
     """Keys next to the destination that share its prefix, or that a glob pattern in its
     name would match, survive ``mode="w"``."""
     from test_reshard import upload
+
     from test_s3 import Target
 
     local = make_v3(tmp_path / "src.zarr")
@@ -337,14 +339,14 @@ def test_index_state_has_one_owner_and_reads_the_environment_on_first_use():
     import subprocess
     import sys
 
-    from shardwise.io import cache, stores
+    from shardwise.io import cache
 
     owner = cache.process_indexes()
-    assert stores.SUPPLIED is owner.supplied and stores.IN_FLIGHT is owner.in_flight
-    assert shardwise.index_cache() is owner.cache is stores.index_cache()
+    assert cache.SUPPLIED is owner.supplied and cache.IN_FLIGHT is owner.in_flight
+    assert shardwise.index_cache() is owner.cache is cache.index_cache()
     code = (
         "import os, shardwise\n"
-        "from shardwise.io import stores\n"
+        "from shardwise.io import cache\n"
         "os.environ['SHARDWISE_INDEX_CACHE_BYTES'] = '4096'\n"
         "print(shardwise.index_cache().max_bytes)\n"
     )

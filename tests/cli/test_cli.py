@@ -40,8 +40,8 @@ from shardwise.cli.options import (
 from shardwise.cli.run import shared_options
 
 SCRIPT = Path(sys.executable).parent / "shardwise"
-LEGACY = Path(__file__).parent / "data" / "legacy"
-DOCS = Path(__file__).parents[1] / "docs" / "cli.md"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
+DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
 
 
 def run(

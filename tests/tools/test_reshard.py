@@ -25,7 +25,7 @@ from shardwise.testing import CountingStore
 
 from clusters import CLUSTER_OPTIONS
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 EMPTY = 2**64 - 1
 KINDS = ["v2", "v3", "v3-sharded", "v3-rectilinear", "draft"]
 MONTHS = (7, 13, 20)  # the rectilinear source's shards along time
@@ -329,7 +329,7 @@ def test_interrupted_reshard_then_resume(tmp_path):
     src = make_source("v2", tmp_path / "src.zarr")
     dst = tmp_path / "dst.zarr"
     script = tmp_path / "job.py"
-    script.write_text(JOB.format(tests=str(Path(__file__).parent)))
+    script.write_text(JOB.format(tests=str(Path(__file__).parents[1])))
     log = tmp_path / "job.log"
 
     def shards() -> list[Path]:

@@ -20,7 +20,7 @@ import shardwise
 from shardwise import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.testing import CountingStore
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 EXPECTED = dict(np.load(LEGACY / "expected.npz"))
 EMPTY = 2**64 - 1
 

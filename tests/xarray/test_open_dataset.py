@@ -18,7 +18,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import ChunkRoundingWarning, ChunksError
-from shardwise.io.stores import SUPPLIED
+from shardwise.io.cache import SUPPLIED
 from shardwise.testing import CountingStore
 
 from datasets import WEATHER_ENCODING, weather
