@@ -193,3 +193,31 @@ async def fs_find(fs: Any, path: str) -> dict[str, Any]:
     Public: ``fs.find(path, detail=True)``, synchronous (it would block zarr's loop)."""
     found: dict[str, Any] = await fs._find(path, maxdepth=None, withdirs=False, detail=True)
     return found
+
+
+# zarr-python: an array's metadata changed in place of zarr-python's own resize/append
+
+
+def replace_metadata(metadata: Any, **changes: Any) -> Any:
+    """``metadata`` (an ``ArrayV3Metadata``, a frozen dataclass) with ``changes`` made
+    (``dataclasses.replace``; its ``__init__`` checks them again: the chunk grid against
+    the shape, the inner chunks against every shard). zarr 3.2-3.4. Public: none
+    (``zarr.Array.update_attributes`` changes attributes only; ``resize`` the shape only,
+    never the grid)."""
+    from dataclasses import replace
+
+    return replace(metadata, **changes)
+
+
+def array_with_metadata(target: Any, metadata: Any) -> Any:
+    """A ``zarr.Array`` over ``target``'s store path with ``metadata`` (just written to
+    its ``zarr.json``), without reading the document back. zarr 3.2-3.4 (``AsyncArray``'s
+    constructor and ``Array.async_array``). Public: ``zarr.open_array(store_path)``, one
+    read more."""
+    import zarr
+
+    return zarr.Array(
+        zarr.AsyncArray(
+            metadata=metadata, store_path=target.store_path, config=target.async_array.config
+        )
+    )

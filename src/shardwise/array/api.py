@@ -38,6 +38,7 @@ from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
+from shardwise.io.stores import write_grid
 
 __all__ = ["array_to_zarr", "from_zarr", "is_array"]
 
@@ -486,7 +487,7 @@ def _create(
             advice="Check the codecs, fill value and dimension names.",
         ) from e
     if plan.edges is not None:
-        arr = rl.write_grid(arr, plan.edges)
+        arr = write_grid(arr, plan.edges)
     return arr
 
 
@@ -508,7 +509,7 @@ def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
     if edges is None:
         arr.resize(new_shape)
         return arr
-    return rl.write_grid(arr, edges, new_shape)
+    return write_grid(arr, edges, new_shape)
 
 
 def _done(arr: Any, *_: Any) -> Any:

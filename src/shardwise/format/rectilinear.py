@@ -23,7 +23,7 @@ import shardwise._compat as _compat
 from shardwise.errors import WriteError
 from shardwise.format.grid import auto_chunks
 
-__all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad", "write_grid"]
+__all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad"]
 
 MAX_SHARDS = 10_000_000
 """The most shards a rectilinear grid written by shardwise may have: every edge is
@@ -187,29 +187,6 @@ def appended(
     shape[axis] += sum(blocks)
     check_inner(name, dims, edges, inner, shape)
     return edges
-
-
-def write_grid(target: Any, edges: Sequence[Edges], shape: Sequence[int] | None = None) -> Any:
-    """Rewrite the ``zarr.json`` of the zarr-python array ``target`` (no shard written
-    yet under the new grid) with this grid (and ``shape``, when given), through
-    zarr-python's metadata classes, which check that the inner chunks divide every
-    shard. Returns the array with the new metadata."""
-    from dataclasses import replace
-
-    import zarr
-    from zarr.buffer import default_buffer_prototype
-
-    metadata = replace(target.metadata, chunk_grid=grid_of(edges))
-    if shape is not None:
-        metadata = replace(metadata, shape=tuple(shape))
-    path = target.store_path.path
-    for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
-        _compat.sync(target.store_path.store.set(f"{path}/{key}" if path else key, buf))
-    return zarr.Array(
-        zarr.AsyncArray(
-            metadata=metadata, store_path=target.store_path, config=target.async_array.config
-        )
-    )
 
 
 def nshards(edges: Sequence[Edges], shape: Sequence[int]) -> int:

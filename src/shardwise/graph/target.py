@@ -84,12 +84,17 @@ class ShardSink:
         self.__dict__.update(state)
         self._cache = {}
 
-    def decoder(self, shard: Shard) -> ShardDecoder | ChunkDecoder:
-        """The shard's decoder (its geometry and index format), or an unsharded chunk's."""
+    def reader(self) -> ArrayReader:
+        """A reader of the array's stored shards (made once per process): their
+        decoders, and the index of a shard already there."""
         if "reader" not in self._cache:
             self._cache["reader"] = ArrayReader(self.store, self.info)
-        decoder: ShardDecoder | ChunkDecoder = self._cache["reader"].decoder(shard)
-        return decoder
+        reader: ArrayReader = self._cache["reader"]
+        return reader
+
+    def decoder(self, shard: Shard) -> ShardDecoder | ChunkDecoder:
+        """The shard's decoder (its geometry and index format), or an unsharded chunk's."""
+        return self.reader().decoder(shard)
 
     def key(self, shard: Shard) -> str:
         """The shard's store key, checked to lie under the array."""

@@ -16,12 +16,14 @@ is imported by the caller's objects, never here.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 from shardwise.errors import WriteError
 
 __all__ = [
+    "out_of_bounds",
     "check_dataset",
     "check_session",
     "distinct",
@@ -137,3 +139,13 @@ def merge_into(session: Any, forks: Iterable[Any]) -> None:
     """Merge the fork sessions a write computed to into ``session``."""
     if found := distinct(forks):
         session.merge(*found)
+
+
+def out_of_bounds(e: Exception) -> bool:
+    """Whether a ranged get failed because the range reaches past the object's end, as
+    Icechunk's stores say it (``icechunk.InvalidInputError: byte range ... is out of
+    bounds``) where other stores return the bytes there are. Icechunk is imported
+    already when its store raised (so it is not imported here for other stores)."""
+    icechunk = sys.modules.get("icechunk")
+    invalid = getattr(icechunk, "InvalidInputError", None)
+    return invalid is not None and isinstance(e, invalid) and "out of bounds" in str(e)

@@ -45,6 +45,7 @@ from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.io.cache import ABSENT, IN_FLIGHT, SUPPLIED, index_cache
 from shardwise.io.draft import DraftStore
+from shardwise.io.icechunk import out_of_bounds
 from shardwise.io.shard_index import naming, read_shard_index
 from shardwise.io.stores import ByteRange, ReadOptions, coalesce, metadata_error, store_token
 
@@ -443,7 +444,7 @@ class ArrayReader:
                 # the store's own error (StoreIOError keeps it as the cause)
                 e = error.__cause__ if isinstance(error, StoreIOError) else error
                 assert isinstance(e, Exception)
-                if not (extra and _out_of_bounds(e)):
+                if not (extra and out_of_bounds(e)):
                     if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
                         # a file system that refuses the seek (ext4 past 16 TiB) where the
                         # index points past any file: the object's size tells
@@ -607,13 +608,6 @@ class ArrayReader:
             return table
 
         return await IN_FLIGHT.run(cache_key, load)
-
-
-def _out_of_bounds(e: Exception) -> bool:
-    """Whether a ranged get failed because the range reaches past the object's end, as
-    Icechunk's stores say it (``InvalidInputError: byte range ... is out of bounds``)
-    where other stores return the bytes there are."""
-    return type(e).__name__ == "InvalidInputError" and "out of bounds" in str(e)
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import shardwise._compat as _compat
 from shardwise.errors import OverlapError, ShardwiseError, WriteError
 from shardwise.format.metadata import metadata_key, read_document
+from shardwise.format.rectilinear import Edges, grid_of
 from shardwise.io.listing import metadata_keys
 from shardwise.io.open import store_path
 
@@ -31,6 +32,7 @@ __all__ = [
     "location",
     "metadata_error",
     "store_token",
+    "write_grid",
 ]
 
 
@@ -364,3 +366,21 @@ async def _first_bad_document(
             except ShardwiseError as problem:
                 return [problem]
     return [None]
+
+
+# -- rewriting an array's document -----------------------------------------------------
+def write_grid(target: Any, edges: Sequence[Edges], shape: Sequence[int] | None = None) -> Any:
+    """Rewrite the ``zarr.json`` of the zarr-python array ``target`` (no shard written
+    yet under the new grid) with this grid (and ``shape``, when given), through
+    zarr-python's metadata classes, which check that the inner chunks divide every
+    shard. Returns the array with the new metadata."""
+    from zarr.buffer import default_buffer_prototype
+
+    changes: dict[str, Any] = {"chunk_grid": grid_of(edges)}
+    if shape is not None:
+        changes["shape"] = tuple(shape)
+    metadata = _compat.replace_metadata(target.metadata, **changes)
+    path = target.store_path.path
+    for key, buf in metadata.to_buffer_dict(default_buffer_prototype()).items():
+        _compat.sync(target.store_path.store.set(f"{path}/{key}" if path else key, buf))
+    return _compat.array_with_metadata(target, metadata)

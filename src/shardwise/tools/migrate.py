@@ -9,34 +9,30 @@ as gzip at the same level. Unused bytes in the old shards are dropped, missing c
 and shards stay missing, and chunks that hold only the fill value are copied as they
 are (copying is not judging).
 
-One dask task per stored shard: one read of the old shard, one put of the new one. A
-shard already in the destination whose index reads back (crc32c and entries) is
-skipped, so running the same call again after a failure completes the job.
+Migrating is ``reshard``'s repack with the grid unchanged: this module checks the
+arguments, walks the draft's hierarchy and maps its documents to the final spec's (the
+grid, the chunk keys' layout and the codecs kept; zlib as gzip), then hands each array
+to :mod:`shardwise.graph.copy` as a :class:`~shardwise.graph.copy.CopyPlan` (repacked,
+inner chunks in ``C`` order as the draft wrote them, zlib chunks recoded one by one).
+One dask task per stored shard: one read of the old shard (whole), one put of the new
+one. With ``mode="a"``, a shard already in the destination whose index reads back
+(crc32c and entries) is skipped, so running the same call again after a failure
+completes the job.
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import shardwise._compat as _compat
-from shardwise.codecs import ShardDecoder
-from shardwise.errors import (
-    NotAZarrStoreError,
-    ShardwiseError,
-    StoreExistsError,
-    WriteError,
-    naming_io_errors,
-)
+from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_path
-from shardwise.graph.target import ShardSink
-from shardwise.graph.write import wait_for
+from shardwise.graph.copy import CopyPlan, copy_graph, recode_zlib, shards_to_fill
+from shardwise.graph.tasks import done
 from shardwise.io.draft import DraftStore
-from shardwise.io.listing import list_keys_sync
 from shardwise.io.open import has_zarr_json, open_store
-from shardwise.io.reader import ArrayReader
 from shardwise.io.stores import check_apart, check_replaceable, location
 
 __all__ = ["MigrationReport", "migrate"]
@@ -56,22 +52,6 @@ class MigrationReport:
     # array -> the codec its chunks are re-encoded with (absent: copied as bytes)
     reencoded: dict[str, str] = field(default_factory=dict)
     shards: int = 0  # stored shards (or chunks of unsharded arrays) to migrate
-
-
-def recode_zlib(codecs: tuple[Any, ...]) -> tuple[tuple[Any, ...], str | None]:
-    """``codecs`` with zlib (numcodecs', not a Zarr v3 codec) replaced by gzip at the
-    same level, and what it was replaced with (None when nothing was)."""
-    from zarr.codecs import GzipCodec
-
-    out, changed = [], None
-    for c in codecs:
-        if type(c).__name__ == "Zlib":
-            level = int(c.codec_config.get("level", 1))
-            out.append(GzipCodec(level=level))
-            changed = f"gzip (level {level})"
-        else:
-            out.append(c)
-    return tuple(out), changed
 
 
 def _target_metadata(info: Any) -> tuple[Any, str | None]:
@@ -186,9 +166,9 @@ def migrate(
             info = draft.info(path)
             target, changed = _target_metadata(info)
             # the documents, made now: what zarr-python cannot write fails before dst;
-            # the stored shards, listed (the cost follows them, not the grid)
-            stored = sorted(list_keys_sync(draft.store, info.data_prefix))
-            shards = [c for c in map(info.coords, stored) if c is not None]
+            # the stored shards, listed (the cost follows them, not the grid): with the
+            # grid unchanged each is its own target shard
+            shards = shards_to_fill(draft.store, info, ArrayInfo.from_metadata(target, path))
             arrays.append((path, info, target, target.to_buffer_dict(proto), shards))
             if changed:
                 report.reencoded[path] = changed
@@ -207,120 +187,30 @@ def migrate(
         rel = g[len(base) :].strip("/") if base else g
         node = root if not rel else root.require_group(rel)
         node.attrs.update(attributes)
-    tasks = []
+    # reshard's repack with the grid unchanged; mode="a" is its resume
+    resume = mode == "a" and exists
+    plans = []
     for path, info, target, documents, shards in arrays:
         rel = path[len(base) :].strip("/") if base else path
         where = f"{prefix}/{rel}" if prefix else rel
         for key, buf in documents.items():
             _compat.sync(dst_store.set(key_under(prefix, f"{where}/{key}"), buf))
-        tasks += [(draft.store, info, dst_store, where, target, shard) for shard in shards]
-    report.shards = len(tasks)
-    delayed = _graph(tasks)
+        plan = CopyPlan(
+            draft.store,
+            info,
+            dst_store,
+            ArrayInfo.from_metadata(target, where),
+            repack=True,
+            resume=resume,
+            order="C",  # as the draft wrote them: the shards keep their layout
+            recode=path in report.reencoded,
+            what="migrating a shard",
+            advice=MIGRATE_ADVICE,
+        )
+        plans.append((plan, shards))
+    report.shards = sum(len(shards) for _, shards in plans)
+    delayed = copy_graph(plans, "shardwise-migrate", "shardwise-migrated", combine=done)
     if not compute:
         return report, delayed
     dask.compute(delayed)
     return report
-
-
-def _graph(tasks: list[tuple[Any, ...]]) -> Any:
-    from dask.highlevelgraph import HighLevelGraph
-    from dask.task_spec import Task
-
-    name = f"shardwise-migrate-{uuid.uuid4().hex}"
-    layer: dict[Any, Any] = {
-        (name, i): Task((name, i), _migrate_shard, *t) for i, t in enumerate(tasks)
-    }
-    graph = HighLevelGraph({name: layer}, {name: set()})
-    return wait_for(f"shardwise-migrated-{name[18:]}", graph, list(layer))
-
-
-def _migrate_shard(
-    src_store: Any, info: Any, dst_store: Any, where: str, target: Any, shard: tuple[int, ...]
-) -> None:
-    """Copy one shard (or one chunk of an unsharded array) to its new key; a store's I/O
-    error names the array and the shard's key (the new key when the put fails)."""
-    sink = ShardSink(
-        dst_store,
-        ArrayInfo.from_metadata(target, where),
-        order="C",
-        what="migrating a shard",
-        advice=MIGRATE_ADVICE,
-    )
-    with naming_io_errors(
-        "migrating a shard", array=where or "/", key=info.key(shard), advice=MIGRATE_ADVICE
-    ):
-        _copy_shard(src_store, info, sink, shard)
-
-
-def _copy_shard(src_store: Any, info: Any, sink: ShardSink, shard: tuple[int, ...]) -> None:
-    from zarr.buffer import default_buffer_prototype
-
-    proto = default_buffer_prototype()
-    new_decoder = sink.decoder(shard)
-    there = None  # the shard in the destination, if any
-    if isinstance(new_decoder, ShardDecoder):
-        there = sink.fetch(shard)
-        if there is not None and _reads_back(new_decoder, there, sink.key(shard)):
-            return  # done by an earlier run
-    old_key = info.key(shard)
-    buf = _compat.sync(src_store.get(old_key, proto))
-    if buf is None:
-        return  # deleted since it was listed: stays missing
-    old = ArrayReader(src_store, info).decoder(shard)
-    data = buf.as_numpy_array()  # the bytes as read: no copy
-    if not isinstance(old, ShardDecoder):  # a chunk of an unsharded array
-        if _recoded(info.codecs, sink.info.codecs):
-            blob = _reencode(sink.info.codecs, old.decode(data, key=old_key, chunk=shard))
-            buf = proto.buffer.from_bytes(blob)
-        sink.put(shard, buf)
-        return
-    assert isinstance(new_decoder, ShardDecoder)  # the same geometry as the old one
-    view, table = old.parse(data, key=old_key)
-    recode = _recoded(old.codec.codecs, new_decoder.codec.codecs)
-    chunks: dict[tuple[int, ...], Any] = {}
-    for inner in zip(*(a.tolist() for a in (table[..., 0] != 2**64 - 1).nonzero()), strict=True):
-        start, n = int(table[inner][0]), int(table[inner][1])
-        raw: Any = view[start : start + n]
-        if recode:
-            raw = _reencode(
-                new_decoder.codec.codecs, old.chunk.decode(raw, key=old_key, chunk=inner)
-            )
-        chunks[tuple(inner)] = raw
-    # an old shard with no chunks stays missing (and an unreadable one there goes)
-    sink.put_chunks(shard, chunks, existed=there is not None)
-
-
-def _reads_back(decoder: ShardDecoder, buf: Any, key: str) -> bool:
-    """Whether a shard already in the destination has an index that reads back."""
-    try:
-        decoder.parse(buf.to_bytes(), key=key)
-    except ShardwiseError:
-        return False
-    return True
-
-
-def _recoded(old: Any, new: Any) -> bool:
-    return [type(c) for c in old] != [type(c) for c in new]
-
-
-def _reencode(codecs: Any, values: Any) -> bytes:
-    """Encode one chunk with ``codecs`` (transpose, bytes, then gzip: the only
-    re-encoding migrate does)."""
-    import numcodecs
-    import numpy as np
-
-    raw = np.ascontiguousarray(values)
-    codecs = list(codecs)
-    for c in codecs:
-        name = type(c).__name__
-        if name == "TransposeCodec":
-            raw = np.ascontiguousarray(raw.transpose(c.order))
-        elif name == "BytesCodec":
-            endian = getattr(c.endian, "value", c.endian)
-            dtype = raw.dtype.newbyteorder("<" if endian == "little" else ">")
-            raw = raw.astype(dtype, copy=False)
-    out = raw.tobytes()
-    gzip = next((c for c in codecs if type(c).__name__ == "GzipCodec"), None)
-    if gzip is not None:
-        out = numcodecs.GZip(level=gzip.level).encode(out)
-    return bytes(out)

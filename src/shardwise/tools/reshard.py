@@ -33,9 +33,7 @@ shard is whole).
 
 from __future__ import annotations
 
-import itertools
 import math
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,19 +47,21 @@ from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_path
 from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import V2ArrayInfo
-from shardwise.graph.copy import CopyPlan, Stats, reshard_shard
-from shardwise.graph.plan import shard_box
-from shardwise.graph.write import wait_for
-from shardwise.io.listing import list_keys_sync
+from shardwise.graph.copy import (
+    CopyPlan,
+    Stats,
+    Targets,
+    copy_graph,
+    recode_zlib,
+    shards_to_fill,
+)
 from shardwise.io.open import has_zarr_json
 from shardwise.io.sources import KINDS, open_source
 from shardwise.io.stores import check_apart, check_replaceable, location
-from shardwise.tools.migrate import recode_zlib
 
 __all__ = ["ReshardReport", "reshard"]
 
 Sizes = Mapping[str, int] | str | None
-_ZERO: Stats = (0, 0, 0, 0, 0, 0)
 COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to this size
 
 
@@ -343,7 +343,7 @@ def reshard(
         target_options=target_options,
         consolidated=consolidated,
     )
-    delayed = _graph(plans)
+    delayed = copy_graph(plans, "shardwise-reshard", "shardwise-resharded")
     report.shards = sum(len(t) for _, t in plans)
     if not compute:
         return report, delayed
@@ -365,7 +365,7 @@ def _prepare(
     storage_options: dict[str, Any] | None,
     target_options: dict[str, Any] | None,
     consolidated: bool,
-) -> tuple[list[tuple[CopyPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]], ReshardReport]:
+) -> tuple[list[tuple[CopyPlan, Targets]], ReshardReport]:
     """Plan every array (and refuse what cannot be done) before writing; then write the
     groups and array metadata. Returns each array's plan and target shards to fill."""
     import zarr
@@ -421,7 +421,7 @@ def _prepare(
     copies = {rel: (arr, _copy_plan(arr, source, rel)) for rel, arr in opened.items()}
     # which target shards take data from which source objects (the source is listed)
     shards_of = {
-        rel: _target_shards(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
+        rel: shards_to_fill(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
         for rel, (metadata, _) in targets.items()
     }
 
@@ -577,53 +577,3 @@ def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
             advice="Resume with the same shards, chunks and codecs, or pass mode='w' "
             "(--overwrite) to start again.",
         )
-
-
-def _target_shards(
-    store: Any, src: ArrayInfo, dst: ArrayInfo
-) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
-    """The target shards that hold source data, each with the source objects (shards,
-    or chunks of an unsharded source) it takes data from: the source's objects are
-    listed, so absent source chunks and shards cost no request and no task."""
-
-    found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for key in list_keys_sync(store, src.data_prefix):
-        coords = src.coords(key)
-        if coords is None:
-            continue
-        box = shard_box(src.layout, coords)
-        ranges = [
-            t.shard_range(lo, hi - 1) for t, (lo, hi) in zip(dst.layout.dims, box, strict=True)
-        ]
-        for target in itertools.product(*ranges):
-            found.setdefault(target, []).append(coords)
-    return dict(sorted(found.items()))
-
-
-# -- the graph ---------------------------------------------------------------------------
-def _graph(plans: list[tuple[CopyPlan, dict[tuple[int, ...], list[tuple[int, ...]]]]]) -> Any:
-    from dask.highlevelgraph import HighLevelGraph
-    from dask.task_spec import DataNode, Task, TaskRef
-
-    token = uuid.uuid4().hex
-    name = f"shardwise-reshard-{token}"
-    layer: dict[Any, Any] = {}
-    keys = []
-    for i, (plan, shards) in enumerate(plans):
-        pkey = (f"{name}-plan", i)
-        layer[pkey] = DataNode(pkey, plan)
-        for shard, sources in shards.items():
-            key = (name, i, *shard)
-            layer[key] = Task(key, reshard_shard, TaskRef(pkey), shard, sources)
-            keys.append(key)
-    graph = HighLevelGraph({name: layer}, {name: set()})
-    return wait_for(f"shardwise-resharded-{token}", graph, keys, combine=_sum)
-
-
-def _sum(*stats: Stats | None) -> Stats:
-    total = list(_ZERO)
-    for s in stats:
-        if s is not None:
-            for i, v in enumerate(s):
-                total[i] += v
-    return (total[0], total[1], total[2], total[3], total[4], total[5])

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import shardwise._compat as _compat
-import shardwise.format.rectilinear as rl
 from shardwise.array.plan import appended_grid, castable, default_mode, region_bounds
 from shardwise.errors import StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
@@ -31,6 +30,7 @@ from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
 from shardwise.io.open import store_path
 from shardwise.io.overlay import OverlayStore
+from shardwise.io.stores import write_grid
 from shardwise.xarray.encoding import (
     ShardSpec,
     SizeSpec,
@@ -76,7 +76,7 @@ class Capture:
         name = target.basename
         if name not in self.grids:
             return target
-        return rl.write_grid(target, self.grids[name])
+        return write_grid(target, self.grids[name])
 
     def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
         return None
@@ -132,7 +132,7 @@ def grow_grids(
             keep_regular=True,
         )
         if edges is not None:
-            rl.write_grid(array, edges)
+            write_grid(array, edges)
 
 
 @contextmanager

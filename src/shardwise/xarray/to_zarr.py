@@ -70,6 +70,8 @@ def _read_locations(obj: Any) -> Iterator[Any]:
         datas = [obj.variable, *obj.coords.variables.values()]
     else:
         datas = [obj]
+    import zarr
+
     seen: set[int] = set()
     for data in datas:
         # a Variable's lazily indexed array (.data would load it)
@@ -93,8 +95,8 @@ def _read_locations(obj: Any) -> Iterator[Any]:
                 if isinstance(inner, ArrayReader):
                     yield location(inner.store, inner.info.data_prefix)
                     break
-                if type(inner).__name__ == "Array" and hasattr(inner, "store_path"):
-                    yield location(inner.store_path)  # a zarr.Array
+                if isinstance(inner, zarr.Array):
+                    yield location(inner.store_path)
                     break
                 nxt = next(
                     (getattr(inner, a) for a in ("reader", "array", "_array") if hasattr(inner, a)),
