@@ -85,8 +85,11 @@ def test_chunks_are_copied_as_bytes_and_dead_bytes_dropped(tmp_path):
 def test_one_task_per_shard_and_resume(tmp_path):
     dst = tmp_path / "c.zarr"
     report, delayed = shardwise.migrate(LEGACY / "compressors", dst, compute=False)
-    tasks = [k for k in dict(delayed.__dask_graph__()) if isinstance(k, tuple)]
+    # one task per shard (keys: layer, array, *shard), after one key per array's plan
+    graph = dict(delayed.__dask_graph__())
+    tasks = [k for k in graph if isinstance(k, tuple) and len(k) > 2]
     assert sum(k[0].startswith("shardwise-migrate-") for k in tasks) == report.shards == 20
+    assert sum(isinstance(k, tuple) and len(k) == 2 for k in graph) == len(report.arrays)
     assert not (dst / "zstd" / "c").exists()  # metadata only, so far
     delayed.compute()
     # an interrupted run: one shard missing, one cut short; mode="a" completes it
@@ -129,3 +132,24 @@ def test_a_group_of_the_source(tmp_path):
     source = xr.open_dataset(LEGACY / "hierarchy", engine="shardwise", group="surface").load()
     xr.testing.assert_identical(back, source)
     assert back.attrs == {"level": 0}
+
+
+def test_one_whole_read_per_shard_and_index_reads_to_resume(tmp_path):
+    """Migrating is reshard's repack with the grid unchanged (shardwise.graph.copy): each
+    old shard is read whole in one request and a new destination is not read; mode='a'
+    reads the index of each shard already there, and nothing else."""
+    src = CountingStore(LocalStore(LEGACY / "compressors", read_only=True))
+    dst = CountingStore(LocalStore(tmp_path / "c.zarr"))
+    report = shardwise.migrate(src, dst)
+    gets = [r for r in src.log.requests if r.op == "get" and r.key.startswith("data/")]
+    assert len({r.key for r in gets}) == len(gets) == report.shards == 20
+    assert {r.byte_range for r in gets} == {"whole"}
+    assert not [r for r in dst.log.requests if r.op == "get" and "/c/" in r.key]
+    src.log.clear()
+    dst.log.clear()
+    shardwise.migrate(src, dst, mode="a")
+    reads = [r for r in dst.log.requests if r.op == "get" and "/c/" in r.key]
+    assert len({r.key for r in reads}) == len(reads) == 20
+    assert {r.byte_range for r in reads} == {f"last {16 * 4 + 4}"}  # the index
+    assert not [r for r in src.log.requests if r.op == "get" and r.key.startswith("data/")]
+    assert not [r for r in dst.log.requests if r.op in ("set", "delete") and "/c/" in r.key]

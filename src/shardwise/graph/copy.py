@@ -235,7 +235,7 @@ def _fill_shard(
                 for d, s, c in zip(src.layout.dims, shard_read.shard, inner, strict=True)
             )
             for c in shard_read.chunks:
-                raw = data.get(c.inner)
+                raw: Any = data.get(c.inner)
                 if raw is not None:
                     read += len(raw)
                     if plan.recode:

@@ -1,9 +1,9 @@
 """Storing shards: the one piece of code that puts a shard, and what a write's tasks know.
 
 :class:`ShardSink` is where one array's shards go. Every writer of shardwise stores its
-shards through it: the write graph's tasks (:mod:`shardwise.graph.tasks`), ``reshard``
-(a target shard repacked or re-encoded) and ``migrate`` (a shard of the 2022 draft moved
-to the final index). Storing a shard is always the same steps:
+shards through it: the write graph's tasks (:mod:`shardwise.graph.tasks`) and the copy
+task of ``reshard`` and ``migrate`` (:mod:`shardwise.graph.copy`: a target shard
+repacked or re-encoded). Storing a shard is always the same steps:
 
 - the key, checked to lie under the array (:func:`shardwise.format.names.key_under`), so
   no key outside the destination is written whatever names reached it;
@@ -18,7 +18,7 @@ to the final index). Storing a shard is always the same steps:
 about the array (where the data goes, the options, encoders built once per process).
 
 Apart from the tasks because ``reshard`` and ``migrate`` store shards without the write
-graph; apart from the format layer because it does I/O.
+graph's tasks; apart from the format layer because it does I/O.
 """
 
 from __future__ import annotations

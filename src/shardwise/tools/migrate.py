@@ -11,8 +11,8 @@ are (copying is not judging).
 
 Migrating is ``reshard``'s repack with the grid unchanged: this module checks the
 arguments, walks the draft's hierarchy and maps its documents to the final spec's (the
-grid, the chunk keys' layout and the codecs kept; zlib as gzip), then hands each array
-to :mod:`shardwise.graph.copy` as a :class:`~shardwise.graph.copy.CopyPlan` (repacked,
+grid and the codecs kept, zlib as gzip), then hands each array to
+:mod:`shardwise.graph.copy` as a :class:`~shardwise.graph.copy.CopyPlan` (repacked,
 inner chunks in ``C`` order as the draft wrote them, zlib chunks recoded one by one).
 One dask task per stored shard: one read of the old shard (whole), one put of the new
 one. With ``mode="a"``, a shard already in the destination whose index reads back
