@@ -14,6 +14,10 @@ worker process, timed with ``time.perf_counter`` around the work alone:
   import        ``import shardwise`` and ``shardwise.to_zarr`` (the attribute loads
                 ``shardwise.api`` and what it imports); the worker has imported only a
                 few standard-library modules before
+  first-write   ``import shardwise`` and a first ``shardwise.to_zarr`` of a small dataset,
+                in a worker that has imported numpy, dask and xarray: what a script
+                pays before its first write (where the import figure moves a cost
+                from the first call into the import, this one is the sum)
   graph         ``shardwise.to_zarr(ds, store, compute=False)`` until the delayed is
                 returned (xarray's metadata step included): 3 float32 variables of
                 1184 x 1184 in dask chunks = shards of 32 x 32 with inner chunks of
@@ -77,7 +81,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-FIGURES = ("import", "graph", "write", "read-engine", "read-fanout")
+FIGURES = ("import", "first-write", "graph", "write", "read-engine", "read-fanout")
 ROOT = Path("/tmp/restructure-bench")
 ROLES = ("before", "after")
 SEED, NOISE, DECIMALS = 0, 0.003, 2
@@ -195,8 +199,26 @@ def figure_import(d: Path) -> float:
     t0 = time.perf_counter()
     import shardwise
 
-    shardwise.to_zarr  # noqa: B018  (the attribute loads shardwise.api)
+    shardwise.to_zarr  # noqa: B018  (the attribute loads the module that defines it)
     return time.perf_counter() - t0
+
+
+def figure_first_write(d: Path) -> float:
+    """``import shardwise`` and its first ``to_zarr`` (a small dataset), in a process
+    that has numpy, dask and xarray imported already, as a script or notebook has: where
+    the import figure moves cost from the first call to the import, this is the sum."""
+    import dask
+
+    with dask.config.set(scheduler="threads"):
+        ds = make_dataset(GRAPH_VARS, WARM_SHAPE, WARM_SHARD)
+        store = scratch_store(d, "first")
+        t0 = time.perf_counter()
+        import shardwise
+
+        shardwise.to_zarr(
+            ds, store, shards=by_dim(WARM_SHARD), chunks=by_dim(WARM_INNER), consolidated=False
+        )
+        return time.perf_counter() - t0
 
 
 def figure_graph(d: Path) -> float:
@@ -272,6 +294,8 @@ def figure_read(d: Path, how: str) -> float:
 def run_one(figure: str, d: Path) -> float:
     if figure == "import":
         return figure_import(d)
+    if figure == "first-write":
+        return figure_first_write(d)
     if figure == "graph":
         return figure_graph(d)
     if figure == "write":
