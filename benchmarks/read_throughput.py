@@ -557,19 +557,10 @@ def print_cpu(cpu: dict[str, Any] | None) -> None:
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or "unknown"
-    ram = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) * 1024
-                break
-    except OSError:
-        pass
+    from throughput_common import cpu_and_ram
+
+    cpu, ram = cpu_and_ram()
+    cpu = cpu or platform.processor() or "unknown"
     packages = ("shardwise", "zarr", "xarray", "dask", "distributed", "numcodecs", "numpy")
     return {
         "cpu": cpu,

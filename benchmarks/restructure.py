@@ -395,20 +395,11 @@ class CpuMeter:
 
 
 def machine() -> str:
-    from throughput_common import package_versions  # run as a script, this dir is on sys.path
+    # run as a script, this dir is on sys.path
+    from throughput_common import cpu_and_ram, package_versions
 
-    cpu, ram = "unknown", 0
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) * 1024
-                break
-    except OSError:
-        pass
+    found_cpu, found_ram = cpu_and_ram()
+    cpu, ram = found_cpu or "unknown", found_ram or 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     parts = [
         f"nproc {cores}",

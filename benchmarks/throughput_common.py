@@ -217,3 +217,22 @@ def interleaved(
             shown.append(f"{m} {seconds:.2f} s{rate}")
         print(f"{indent}{'warm-up' if rnd == 0 else f'round {rnd}'}: " + ", ".join(shown))
     return times
+
+
+def cpu_and_ram() -> tuple[str | None, int | None]:
+    """The CPU model and the total RAM in bytes, from /proc (None where it does not say)."""
+    from pathlib import Path
+
+    cpu, ram = None, None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    return cpu, ram
