@@ -339,3 +339,25 @@ def test_opening_a_draft_store_reads_one_document():
     assert draft is not None and draft.prefix == ""
     assert [(r.op, r.key) for r in store.log.requests] == [("get", "zarr.json")]
     assert DraftStore.open(zarr.storage.MemoryStore()) is None
+
+
+def test_a_draft_store_walked_once_opened_is_what_open_source_walks():
+    """``migrate`` opens the draft store itself and walks it with ``draft_source``: the
+    same hierarchy as ``open_source``, breadth first, with no second open."""
+    from shardwise.io.draft import DraftStore
+    from shardwise.io.sources import draft_source, open_source
+
+    for group in ("", "surface"):
+        store = CountingStore(LocalStore(LEGACY / "hierarchy", read_only=True))
+        draft = DraftStore.open(store)
+        store.log.clear()
+        walked = draft_source(draft, group)
+        assert ("get", "zarr.json") not in [(r.op, r.key) for r in store.log.requests]
+        opened = open_source(LEGACY / "hierarchy", group)
+        assert (walked.kind, walked.base, list(walked.groups), list(walked.arrays)) == (
+            opened.kind,
+            opened.base,
+            list(opened.groups),
+            list(opened.arrays),
+        )
+    assert list(draft_source(draft).groups) == ["", "deep", "surface", "deep/inside"]

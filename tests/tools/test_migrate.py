@@ -153,3 +153,32 @@ def test_one_whole_read_per_shard_and_index_reads_to_resume(tmp_path):
     assert {r.byte_range for r in reads} == {f"last {16 * 4 + 4}"}  # the index
     assert not [r for r in src.log.requests if r.op == "get" and r.key.startswith("data/")]
     assert not [r for r in dst.log.requests if r.op in ("set", "delete") and "/c/" in r.key]
+
+
+def test_migrate_is_reshards_same_grid_mode(tmp_path):
+    """shardwise.migrate runs reshard's planner with the grid unchanged: an unsharded
+    draft array stays unsharded (its codecs kept), a sharded one keeps its shard and
+    inner chunk shapes, no consolidated metadata is written, and the draft's fill
+    value is the _FillValue attribute even where the attributes held another."""
+    import json
+
+    src = tmp_path / "src.zarr"
+    shutil.copytree(LEGACY / "hierarchy", src)
+    doc_key = src / "meta/root/surface/counts.array.json"
+    doc = json.loads(doc_key.read_text())
+    doc["attributes"]["_FillValue"] = 7
+    doc_key.write_text(json.dumps(doc))
+    dst = tmp_path / "dst.zarr"
+    shardwise.migrate(src, dst)
+    assert "consolidated_metadata" not in json.loads((dst / "zarr.json").read_text())
+    flags = json.loads((dst / "deep/inside/flags/zarr.json").read_text())
+    assert [c["name"] for c in flags["codecs"]] == ["bytes"]
+    assert flags["chunk_grid"]["configuration"]["chunk_shape"] == [4]
+    assert flags["dimension_names"] == ["n"]
+    counts = json.loads((dst / "surface/counts/zarr.json").read_text())
+    (sharding,) = counts["codecs"]
+    assert sharding["name"] == "sharding_indexed"
+    assert sharding["configuration"]["chunk_shape"] == [2, 3, 4]
+    assert counts["chunk_grid"]["configuration"]["chunk_shape"] == [2, 6, 8]
+    assert counts["attributes"] == {"units": "1", "_FillValue": -1}
+    assert counts["dimension_names"] == ["t", "y", "x"]

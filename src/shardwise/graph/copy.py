@@ -29,9 +29,9 @@ and are written again.
 
 The graph (:func:`copy_graph`) holds each array's plan once and one task per target
 shard; the shard is stored through :class:`~shardwise.graph.target.WriteTarget`, as
-every shard shardwise writes is. Apart from ``shardwise.tools.reshard`` and
-``shardwise.tools.migrate`` (which plan the target's metadata, write it and run the
-graph) because this is what runs on the workers, and what both share.
+every shard shardwise writes is. Apart from ``shardwise.tools.reshard`` (whose planner
+writes the target's metadata for ``reshard`` and for ``migrate``, its same-grid mode;
+each runs the graph) because this is what runs on the workers, and what both share.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from shardwise.io.listing import list_names
 from shardwise.io.open import DRAFT, FORMATS, V2, V3, open_store, store_path
 from shardwise.io.stores import metadata_error
 
-__all__ = ["Source", "open_source"]
+__all__ = ["Source", "draft_source", "open_source"]
 
 KINDS = FORMATS
 """The kinds of store a :class:`Source` is (:data:`shardwise.io.open.FORMATS`)."""
@@ -80,30 +80,7 @@ def open_source(
     base = node_path((group or "").strip("/"))
     opened = open_store(store, storage_options)
     if opened is not None and opened.format == DRAFT:
-        draft = DraftStore(opened.store, opened.prefix)
-        where = _join(draft.prefix, base)
-        src = Source(DRAFT, draft.store, where)
-        todo = [base]
-        while todo:
-            g = todo.pop(0)
-            rel = g[len(base) :].strip("/")
-            try:
-                src.groups[rel] = draft.group_attributes(g)
-            except ShardwiseError as e:
-                if not rel:
-                    raise  # the group asked for: a refusal naming its document
-                src.unreadable[rel] = e  # its members are listed all the same
-                src.damaged.add(rel)
-            todo += [_join(g, c) for c in draft.groups(g)]
-            for name in draft.arrays(g):
-                path = _join(g, name)
-                try:
-                    src.arrays[src.relative(_join(draft.prefix, path))] = draft.info(path)
-                except ShardwiseError as e:
-                    rel = path[len(base) :].strip("/")
-                    src.unreadable[rel] = e
-                    src.damaged.add(rel)
-        return src
+        return draft_source(DraftStore(opened.store, opened.prefix), base)
 
     try:
         with enabled():
@@ -127,6 +104,38 @@ def open_source(
     src = Source(V3 if fmt == 3 else V2, root.store_path.store, root.store_path.path)
     src.groups[""] = dict(root.attrs)
     _walk(src, fmt)
+    return src
+
+
+def draft_source(draft: DraftStore, base: str = "") -> Source:
+    """The hierarchy under ``base`` (a checked path) of the draft store ``draft``, walked
+    breadth first (a group's attributes, its groups, its arrays' documents): the
+    groups and arrays in that order. A damaged document of an array or group below
+    ``base`` goes into ``unreadable`` (and ``damaged``); ``base``'s own is a refusal.
+    Apart from :func:`open_source` for ``migrate``, which opens the draft store itself
+    (to refuse other kinds of store in its own words) and walks it with one open."""
+
+    src = Source(DRAFT, draft.store, _join(draft.prefix, base))
+    todo = [base]
+    while todo:
+        g = todo.pop(0)
+        rel = g[len(base) :].strip("/")
+        try:
+            src.groups[rel] = draft.group_attributes(g)
+        except ShardwiseError as e:
+            if not rel:
+                raise  # the group asked for: a refusal naming its document
+            src.unreadable[rel] = e  # its members are listed all the same
+            src.damaged.add(rel)
+        todo += [_join(g, c) for c in draft.groups(g)]
+        for name in draft.arrays(g):
+            path = _join(g, name)
+            try:
+                src.arrays[src.relative(_join(draft.prefix, path))] = draft.info(path)
+            except ShardwiseError as e:
+                rel = path[len(base) :].strip("/")
+                src.unreadable[rel] = e
+                src.damaged.add(rel)
     return src
 
 

@@ -10,12 +10,13 @@ and shards stay missing, and chunks that hold only the fill value are copied as 
 are (copying is not judging).
 
 Migrating is ``reshard``'s repack with the grid unchanged: this module checks the
-arguments, walks the draft's hierarchy and maps its documents to the final spec's (the
-grid and the codecs kept, zlib as gzip), then hands each array to
-:mod:`shardwise.graph.copy` as a :class:`~shardwise.graph.copy.CopyPlan` (repacked,
-inner chunks in ``C`` order as the draft wrote them, zlib chunks recoded one by one).
-One dask task per stored shard: one read of the old shard (whole), one put of the new
-one. With ``mode="a"``, a shard already in the destination whose index reads back
+arguments (in its own words), opens the draft store and walks it
+(:func:`shardwise.io.sources.draft_source`), and hands it to ``reshard``'s planner in
+its same-grid mode (:func:`shardwise.tools.reshard.prepare`: the grid, the sharding or
+its absence and the codecs kept, zlib as gzip; inner chunks repacked in ``C`` order as
+the draft wrote them, zlib chunks recoded one by one; no consolidated metadata), which
+writes the metadata and plans the copy (:mod:`shardwise.graph.copy`). One dask task per
+stored shard: one read of the old shard (whole), one put of the new one. With ``mode="a"``, a shard already in the destination whose index reads back
 (crc32c and entries) is skipped, so running the same call again after a failure
 completes the job.
 """
@@ -25,15 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import shardwise._compat as _compat
 from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
-from shardwise.format.metadata import ArrayInfo
-from shardwise.format.names import key_under, node_path
-from shardwise.graph.copy import CopyPlan, copy_graph, recode_zlib, shards_to_fill
+from shardwise.format.names import node_path
+from shardwise.graph.copy import copy_graph
 from shardwise.graph.tasks import done
 from shardwise.io.draft import DraftStore
 from shardwise.io.open import has_zarr_json, open_store
+from shardwise.io.sources import draft_source
 from shardwise.io.stores import check_apart, check_replaceable, location
+from shardwise.tools.reshard import prepare
 
 __all__ = ["MigrationReport", "migrate"]
 
@@ -52,35 +53,6 @@ class MigrationReport:
     # array -> the codec its chunks are re-encoded with (absent: copied as bytes)
     reencoded: dict[str, str] = field(default_factory=dict)
     shards: int = 0  # stored shards (or chunks of unsharded arrays) to migrate
-
-
-def _target_metadata(info: Any) -> tuple[Any, str | None]:
-    """The final-spec metadata of a draft array (index codecs with crc32c, dimension
-    names, ``_FillValue`` for xarray as zarr-python 2 meant it) and the codec its chunks
-    are re-encoded with, if any."""
-    from zarr.codecs import BytesCodec, Crc32cCodec
-
-    metadata = info.metadata
-    attributes = dict(metadata.attributes)
-    dims = attributes.pop("_ARRAY_DIMENSIONS", None)
-    if not isinstance(dims, list) or len(dims) != info.ndim:
-        dims = [f"dim_{i}" for i in range(info.ndim)]
-    attributes["_FillValue"] = _compat.FillValueCoder.encode(info.fill_value, info.dtype)
-
-    sharding = metadata.sharding_codec
-    if sharding is not None:
-        inner, changed = recode_zlib(tuple(sharding.codecs))
-        codec = replace(
-            sharding,
-            codecs=inner,
-            index_codecs=(BytesCodec(endian="little"), Crc32cCodec()),
-            index_location="end",
-        )
-        codecs: tuple[Any, ...] = (codec,)
-    else:
-        codecs, changed = recode_zlib(tuple(metadata.codecs))
-    target = replace(metadata, codecs=codecs, attributes=attributes, dimension_names=tuple(dims))
-    return target, changed
 
 
 def _kind_of(store: Any, storage_options: Any) -> str:
@@ -112,8 +84,6 @@ def migrate(
     ``compute=False`` the metadata is written and ``(report, delayed)`` returned, the
     ``dask.delayed`` copying the shards."""
     import dask
-    import zarr
-    from zarr.buffer import default_buffer_prototype
 
     draft = DraftStore.open(src, storage_options)
     if draft is None:
@@ -143,7 +113,6 @@ def migrate(
 
     # plan everything (and refuse what cannot be represented) before writing
     base = node_path((group or "").strip("/"))
-    proto = default_buffer_prototype()
     if base and not (
         draft.arrays(base) or draft.groups(base) or draft.get(f"meta/root/{base}.group.json")
     ):
@@ -155,62 +124,40 @@ def migrate(
             key=f"{draft.prefix}meta/root/{base}.group.json",
             advice="Check the group's name (shardwise info SRC lists them). Nothing was written.",
         )
-    groups, arrays, report = [], [], MigrationReport()
-    todo = [base]
-    while todo:
-        g = todo.pop(0)
-        groups.append((g, draft.group_attributes(g)))
-        todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
-        for name in draft.arrays(g):
-            path = f"{g}/{name}" if g else name
-            info = draft.info(path)
-            target, changed = _target_metadata(info)
-            # the documents, made now: what zarr-python cannot write fails before dst;
-            # the stored shards, listed (the cost follows them, not the grid): with the
-            # grid unchanged each is its own target shard
-            shards = shards_to_fill(draft.store, info, ArrayInfo.from_metadata(target, path))
-            arrays.append((path, info, target, target.to_buffer_dict(proto), shards))
-            if changed:
-                report.reencoded[path] = changed
-    report.groups = [g or "/" for g, _ in groups]
-    report.arrays = [a[0] for a in arrays]
-
-    root = zarr.open_group(
+    # reshard's planner with the grid unchanged: everything is planned (and what cannot
+    # be represented refused) before the metadata is written; mode="a" is its resume
+    source = draft_source(draft, base)
+    plans, _, recoded = prepare(
+        source,
         dst,
-        mode="w" if mode == "w" or not exists else "a",
-        zarr_format=3,
-        storage_options=dst_storage_options,
+        shards=None,
+        chunks=None,
+        codecs=None,
+        variables=None,
+        mode="w" if mode == "w" else "w-",
+        resume=mode == "a",
+        target_options=dst_storage_options,
+        consolidated=False,
+        same_grid=True,
+        exists=exists,
     )
-    dst_store = root.store_path.store
-    prefix = root.store_path.path.strip("/")
-    for g, attributes in groups:
-        rel = g[len(base) :].strip("/") if base else g
-        node = root if not rel else root.require_group(rel)
-        node.attrs.update(attributes)
-    # reshard's repack with the grid unchanged; mode="a" is its resume
-    resume = mode == "a" and exists
-    plans = []
-    for path, info, target, documents, shards in arrays:
-        rel = path[len(base) :].strip("/") if base else path
-        where = f"{prefix}/{rel}" if prefix else rel
-        for key, buf in documents.items():
-            _compat.sync(dst_store.set(key_under(prefix, f"{where}/{key}"), buf))
-        plan = CopyPlan(
-            draft.store,
-            info,
-            dst_store,
-            ArrayInfo.from_metadata(target, where),
-            repack=True,
-            resume=resume,
-            order="C",  # as the draft wrote them: the shards keep their layout
-            recode=path in report.reencoded,
-            what="migrating a shard",
-            advice=MIGRATE_ADVICE,
-        )
-        plans.append((plan, shards))
-    report.shards = sum(len(shards) for _, shards in plans)
+    report = MigrationReport(
+        arrays=[_full(base, rel) for rel in source.arrays],
+        groups=[_full(base, g) or "/" for g in source.groups],
+        reencoded={_full(base, rel): codec for rel, codec in recoded.items()},
+        shards=sum(len(shards) for _, shards in plans),
+    )
+    plans = [
+        (replace(plan, what="migrating a shard", advice=MIGRATE_ADVICE), shards)
+        for plan, shards in plans
+    ]
     delayed = copy_graph(plans, "shardwise-migrate", "shardwise-migrated", combine=done)
     if not compute:
         return report, delayed
     dask.compute(delayed)
     return report
+
+
+def _full(base: str, rel: str) -> str:
+    """The path in the source of ``rel``, a path under the group ``base``."""
+    return f"{base}/{rel}" if base and rel else base or rel

@@ -29,6 +29,12 @@ the result opens like the source with ``engine="zarr"``.
 ``resume=True`` completes a destination left by an interrupted run: target shards that
 are present and whose index reads back are skipped (shards are single puts, so a present
 shard is whole).
+
+The planner (:func:`prepare`) has a same-grid mode, which is ``shardwise.migrate``
+(:mod:`shardwise.tools.migrate` checks its arguments and words its report): every
+array keeps its grid, its sharding or its absence and its codecs (zlib as gzip, those
+chunks recoded one by one), so every chunk is repacked, and no consolidated metadata
+is written.
 """
 
 from __future__ import annotations
@@ -56,10 +62,10 @@ from shardwise.graph.copy import (
     shards_to_fill,
 )
 from shardwise.io.open import has_zarr_json
-from shardwise.io.sources import KINDS, open_source
+from shardwise.io.sources import KINDS, Source, open_source
 from shardwise.io.stores import check_apart, check_replaceable, location
 
-__all__ = ["ReshardReport", "reshard"]
+__all__ = ["ReshardReport", "prepare", "reshard"]
 
 Sizes = Mapping[str, int] | str | None
 COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to this size
@@ -166,19 +172,20 @@ def _check_sizes(name: str, sizes: Sizes, known: set[str]) -> None:
             )
 
 
-def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[Any, ...]:
+def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[tuple[Any, ...], str | None]:
     """The inner codec chain of the target: the source's (zlib as gzip: Zarr v3 has no
-    zlib codec), or ``bytes`` and the codecs given."""
+    zlib codec), or ``bytes`` and the codecs given; and what zlib became, if anything
+    (:func:`~shardwise.graph.copy.recode_zlib`)."""
     from zarr.codecs import BytesCodec
 
     if codecs is None:
         sharding = info.sharding
         chain = tuple(info.codecs if sharding is None else sharding.codecs)
-        return recode_zlib(chain)[0]
+        return recode_zlib(chain)
     given = tuple(codecs) if isinstance(codecs, list | tuple) else (codecs,)
     if any(type(c).__name__ in ("BytesCodec", "ShardingCodec") for c in given):
-        return given
-    return (BytesCodec(), *given)
+        return given, None
+    return (BytesCodec(), *given), None
 
 
 def _same_chain(a: Sequence[Any], b: Sequence[Any]) -> bool:
@@ -188,15 +195,18 @@ def _same_chain(a: Sequence[Any], b: Sequence[Any]) -> bool:
         return False
 
 
-def _attributes(kind: str, info: ArrayInfo) -> tuple[dict[str, Any], list[str]]:
-    """The target's attributes and dimension names, as xarray showed the source."""
+def _attributes(kind: str, info: ArrayInfo, same_grid: bool) -> tuple[dict[str, Any], list[str]]:
+    """The target's attributes and dimension names, as xarray showed the source (an
+    older format's ``_ARRAY_DIMENSIONS`` is the dimension names; its fill value becomes
+    ``_FillValue``, replacing one the attributes hold in the same-grid mode, as
+    zarr-python 2 read the 2022 draft)."""
 
     attributes = dict(info.attributes)
     if kind == KINDS[0]:
         return attributes, _names(info)
     attributes.pop("_ARRAY_DIMENSIONS", None)
     fill = info.v2_fill_value if isinstance(info, V2ArrayInfo) else info.fill_value
-    if fill is not None and "_FillValue" not in attributes:
+    if fill is not None and (same_grid or "_FillValue" not in attributes):
         attributes["_FillValue"] = _compat.FillValueCoder.encode(fill, info.dtype)
     return attributes, _names(info)
 
@@ -209,13 +219,21 @@ def _plan_array(
     shards: Sizes,
     chunks: Sizes,
     codecs: Any,
-) -> tuple[Any, bool]:
-    """The target's zarr-python metadata, and whether its chunks can be repacked."""
-    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
-
+    same_grid: bool = False,
+) -> tuple[Any, bool, str | None]:
+    """The target's zarr-python metadata, whether its chunks can be repacked, and what
+    zlib became when they are repacked and recoded (see :func:`prepare`'s same-grid
+    mode: the grid, the sharding or its absence and the codecs kept, zlib as gzip)."""
     names = _names(info)
     itemsize = info.dtype.itemsize
     src_inner = _inner(info)
+    if same_grid:
+        chain, changed = _target_codecs(info, None)
+        coded = [c.to_dict() for c in chain]
+        if info.sharding is not None:
+            coded = [_sharded(src_inner, chain)]
+        kept = info.metadata.to_dict()["chunk_grid"]
+        return _metadata(kind, info, kept, coded, same_grid=True), True, changed
     outer = _outer(info)
     sized_chunks = dict(chunks) if isinstance(chunks, Mapping) else {}
     sized_shards = dict(shards) if isinstance(shards, Mapping) else {}
@@ -256,30 +274,46 @@ def _plan_array(
                     f"that divides {s}.",
                 )
         grid = {"name": "regular", "configuration": {"chunk_shape": list(shard_shape)}}
-    chain = _target_codecs(info, codecs)
-    sharding = ShardingCodec(
+    chain, _ = _target_codecs(info, codecs)
+    metadata = _metadata(kind, info, grid, [_sharded(inner, chain)], same_grid=False)
+    outer_sizes = grid["configuration"].get("chunk_shape") or _outer(info)
+    check_write_geometry(outer_sizes, inner, itemsize, array=rel or "/")
+    src_chain = info.codecs if info.sharding is None else info.sharding.codecs
+    repack = inner == src_inner and _same_chain(chain, src_chain)
+    return metadata, repack, None
+
+
+def _sharded(inner: tuple[int, ...], chain: tuple[Any, ...]) -> dict[str, Any]:
+    """The ``sharding_indexed`` codec of the target, as JSON: the index at the end, with
+    crc32c."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+
+    return ShardingCodec(
         chunk_shape=inner,
         codecs=chain,
         index_codecs=(BytesCodec(endian="little"), Crc32cCodec()),
         index_location="end",
-    )
-    attributes, dims = _attributes(kind, info)
+    ).to_dict()
+
+
+def _metadata(
+    kind: str, info: ArrayInfo, grid: dict[str, Any], codecs: list[Any], *, same_grid: bool
+) -> Any:
+    """The target's zarr-python metadata: the source's with the shard ``grid``, the
+    ``codecs`` (JSON), default chunk keys and the attributes and dimension names as
+    xarray showed the source (:func:`_attributes`)."""
+    attributes, dims = _attributes(kind, info, same_grid)
     doc = info.metadata.to_dict()
     doc.update(
         chunk_grid=grid,
         chunk_key_encoding={"name": "default", "configuration": {"separator": "/"}},
-        codecs=[sharding.to_dict()],
+        codecs=codecs,
         attributes=attributes,
         dimension_names=dims,
         storage_transformers=[],
     )
     with enabled():
-        metadata = _compat.ArrayV3Metadata.from_dict(doc)
-    outer_sizes = grid["configuration"].get("chunk_shape") or _outer(info)
-    check_write_geometry(outer_sizes, inner, itemsize, array=rel or "/")
-    src_chain = info.codecs if info.sharding is None else info.sharding.codecs
-    repack = inner == src_inner and _same_chain(chain, src_chain)
-    return metadata, repack
+        return _compat.ArrayV3Metadata.from_dict(doc)
 
 
 # -- the entry point ---------------------------------------------------------------------
@@ -329,17 +363,15 @@ def reshard(
     check_apart(location(src, None, storage_options), location(dst, None, target_options))
     if mode == "w":
         check_replaceable(dst, None, target_options)
-    plans, report = _prepare(
-        src,
+    plans, report, _ = prepare(
+        open_source(src, group, storage_options),
         dst,
         shards=shards,
         chunks=chunks,
         codecs=codecs,
-        group=group,
         variables=variables,
         mode=mode,
         resume=resume,
-        storage_options=storage_options,
         target_options=target_options,
         consolidated=consolidated,
     )
@@ -351,28 +383,36 @@ def reshard(
     return report.add(stats)
 
 
-def _prepare(
-    src: Any,
+def prepare(
+    source: Source,
     dst: Any,
     *,
     shards: Sizes,
     chunks: Sizes,
     codecs: Any,
-    group: str | None,
     variables: Sequence[str] | None,
     mode: str,
     resume: bool,
-    storage_options: dict[str, Any] | None,
     target_options: dict[str, Any] | None,
     consolidated: bool,
-) -> tuple[list[tuple[CopyPlan, Targets]], ReshardReport]:
-    """Plan every array (and refuse what cannot be done) before writing; then write the
-    groups and array metadata. Returns each array's plan and target shards to fill."""
+    same_grid: bool = False,
+    exists: bool | None = None,
+) -> tuple[list[tuple[CopyPlan, Targets]], ReshardReport, dict[str, str]]:
+    """Plan every array of ``source`` (and refuse what cannot be done) before writing;
+    then write the groups and array metadata at ``dst`` (``exists``: whether it holds a
+    ``zarr.json``, when the caller has looked). Returns each array's plan and target
+    shards to fill, the report, and the arrays whose zlib chunks are recoded (with what).
+
+    ``same_grid`` is ``migrate``'s mode (:mod:`shardwise.tools.migrate`), ``reshard``'s
+    repack with the grid unchanged: each array keeps its grid, its sharding (or its
+    absence) and its codecs (zlib as gzip, the chunks recoded one by one), its inner
+    chunks are repacked in ``C`` order as the source wrote them, its fill value is the
+    ``_FillValue`` attribute, and a run that resumes writes the metadata again rather
+    than checking it. The planning and the writing are the same code either way."""
     import zarr
     from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
-    source = open_source(src, group, storage_options)
     chosen = dict(source.arrays)
     unreadable = dict(source.unreadable)
     if variables is not None:
@@ -396,12 +436,15 @@ def _prepare(
         opened[rel] = _open_copyable(source, rel, err)
 
     targets = {
-        rel: _plan_array(source.kind, info, rel, shards=shards, chunks=chunks, codecs=codecs)
+        rel: _plan_array(
+            source.kind, info, rel, shards=shards, chunks=chunks, codecs=codecs, same_grid=same_grid
+        )
         for rel, info in chosen.items()
     }
 
     # the destination
-    exists = has_zarr_json(dst, target_options)
+    if exists is None:
+        exists = has_zarr_json(dst, target_options)
     if exists and mode == "w-" and not resume:
         raise StoreExistsError(
             "the destination holds Zarr data already",
@@ -422,8 +465,9 @@ def _prepare(
     # which target shards take data from which source objects (the source is listed)
     shards_of = {
         rel: shards_to_fill(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
-        for rel, (metadata, _) in targets.items()
+        for rel, (metadata, _, _) in targets.items()
     }
+    keep = resume and not same_grid  # the metadata already there is checked, not written
 
     def write(root: Any, resume: bool, dry: bool) -> None:
         """Every metadata write of the destination (groups, arrays, whole copies)."""
@@ -431,9 +475,9 @@ def _prepare(
         for g in groups:
             node = root if not g else root.require_group(g)
             attrs = source.groups.get(g, {})
-            if attrs and not resume:
+            if (attrs or same_grid) and not resume:
                 node.attrs.update(attrs)
-        for rel, (metadata, _) in targets.items():
+        for rel, (metadata, _, _) in targets.items():
             if resume:  # checked before anything was written
                 continue
             with enabled():
@@ -463,19 +507,31 @@ def _prepare(
     )
     dst_store = root.store_path.store
     prefix = root.store_path.path.strip("/")
-    if resume:  # the destination must be this run's, before anything is written to it
-        for rel, (metadata, _) in targets.items():
+    if keep:  # the destination must be this run's, before anything is written to it
+        for rel, (metadata, _, _) in targets.items():
             _check_resumable(dst_store, _under(prefix, rel), metadata, rel)
-    write(root, resume=resume, dry=False)
+    write(root, resume=keep, dry=False)
 
     report = ReshardReport(groups=[g or "/" for g in groups])
     plans = []
-    for rel, (metadata, repack) in targets.items():
+    recoded: dict[str, str] = {}  # the arrays whose zlib chunks are recoded
+    for rel, (metadata, repack, changed) in targets.items():
         dst_info = ArrayInfo.from_metadata(metadata, _under(prefix, rel))
-        plan = CopyPlan(source.store, chosen[rel], dst_store, dst_info, repack, resume)
+        plan = CopyPlan(
+            source.store,
+            chosen[rel],
+            dst_store,
+            dst_info,
+            repack,
+            resume,
+            order="C" if same_grid else "morton",  # the shards keep their layout
+            recode=changed is not None,
+        )
         plans.append((plan, shards_of[rel]))
         report.arrays.append(rel)
         (report.repacked if repack else report.reencoded).append(rel)
+        if changed is not None:
+            recoded[rel] = changed
     for rel in unreadable:
         report.arrays.append(rel)
         report.copied.append(rel)
@@ -486,7 +542,7 @@ def _prepare(
             # "not part of the Zarr v3 specification": xarray's to_zarr writes it too
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
             zarr.consolidate_metadata(root.store_path.store, root.store_path.path or None)
-    return plans, report
+    return plans, report, recoded
 
 
 def _under(prefix: str, rel: str) -> str:
