@@ -155,18 +155,9 @@ def cube_shape(edge: int) -> tuple[int, int, int]:
 
 def make_field(shape: tuple[int, int]) -> Any:
     """The variable as a lazy dask array chunked by shard: smooth, noisy, quantized."""
-    import dask.array as da
+    from throughput_common import smooth_field
 
-    y = da.arange(shape[0], chunks=SHARD[0], dtype=np.float32)[:, None]
-    x = da.arange(shape[1], chunks=SHARD[1], dtype=np.float32)[None, :]
-    tau = np.float32(2 * np.pi)
-    smooth = (
-        10 * np.sin(tau * x / 3000 + np.float32(0.5)) * np.cos(tau * y / 2500)
-        + 4 * np.sin(tau * (x + y) / 700)
-        + 2 * np.cos(tau * (x - 2 * y) / 300)
-    )
-    noise = da.random.default_rng(SEED).standard_normal(shape, chunks=SHARD, dtype=np.float32)
-    return da.round(smooth + np.float32(NOISE) * noise, DECIMALS).astype(np.float32)
+    return smooth_field(shape, SHARD, SEED, NOISE, DECIMALS)
 
 
 def make_field_3d(shape: tuple[int, int, int]) -> Any:

@@ -107,19 +107,9 @@ TIMEOUT = 600  # seconds, per subprocess
 def make_field(shape: tuple[int, int], chunks: tuple[int, int], seed: int) -> Any:
     """A lazy float32 dask array: a smooth sum of sines plus small noise from dask's
     seeded generator, rounded to 2 decimals (so compressible), the same every run."""
-    import dask.array as da
-    import numpy as np
+    from throughput_common import smooth_field
 
-    y = da.arange(shape[0], chunks=chunks[0], dtype=np.float32)[:, None]
-    x = da.arange(shape[1], chunks=chunks[1], dtype=np.float32)[None, :]
-    tau = np.float32(2 * np.pi)
-    smooth = (
-        10 * np.sin(tau * x / 3000 + np.float32(0.5)) * np.cos(tau * y / 2500)
-        + 4 * np.sin(tau * (x + y) / 700)
-        + 2 * np.cos(tau * (x - 2 * y) / 300)
-    )
-    noise = da.random.default_rng(seed).standard_normal(shape, chunks=chunks, dtype=np.float32)
-    return da.round(smooth + np.float32(NOISE) * noise, DECIMALS).astype(np.float32)
+    return smooth_field(shape, chunks, seed, NOISE, DECIMALS)
 
 
 def make_dataset(names: tuple[str, ...], shape: tuple[int, int], chunks: tuple[int, int]) -> Any:

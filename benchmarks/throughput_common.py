@@ -236,3 +236,25 @@ def cpu_and_ram() -> tuple[str | None, int | None]:
     except OSError:
         pass
     return cpu, ram
+
+
+def smooth_field(
+    shape: tuple[int, int], chunks: tuple[int, int], seed: int, noise: float, decimals: int
+) -> Any:
+    """A lazy float32 2-D dask array like measured data: a smooth sum of sines plus
+    ``noise`` times dask's seeded standard normal, rounded to ``decimals`` (so it
+    compresses as real fields do), the same values every run."""
+    import dask.array as da
+    import numpy as np
+
+    y = da.arange(shape[0], chunks=chunks[0], dtype=np.float32)[:, None]
+    x = da.arange(shape[1], chunks=chunks[1], dtype=np.float32)[None, :]
+    tau = np.float32(2 * np.pi)
+    smooth = (
+        10 * np.sin(tau * x / 3000 + np.float32(0.5)) * np.cos(tau * y / 2500)
+        + 4 * np.sin(tau * (x + y) / 700)
+        + 2 * np.cos(tau * (x - 2 * y) / 300)
+    )
+    rng = da.random.default_rng(seed)
+    rough = rng.standard_normal(shape, chunks=chunks, dtype=np.float32)
+    return da.round(smooth + np.float32(noise) * rough, decimals).astype(np.float32)
