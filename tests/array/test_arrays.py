@@ -219,6 +219,27 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path):
     assert {k: (store / k).read_bytes() for k in _keys(store)} == before
 
 
+def test_unknown_chunk_sizes_are_refused_with_dasks_advice(tmp_path):
+    """dask's own test: ``x[x > 3]`` has NaN chunk sizes; dask refuses it with a
+    ValueError pointing to ``compute_chunk_sizes()``, and so does shardwise, before
+    anything is written. After ``compute_chunk_sizes()`` it is written."""
+    store = tmp_path / "s.zarr"
+    x = da.arange(25, chunks=10)
+    y = x[x > 3]
+    with pytest.raises(ValueError, match="unknown chunk sizes") as info:
+        shardwise.to_zarr(y, store, path="v")
+    assert isinstance(info.value, WriteError)
+    assert "compute_chunk_sizes()" in str(info.value) and "axis 0" in str(info.value)
+    assert not store.exists()
+    known = da.arange(25, chunks=(10, 15))[da.arange(25, chunks=(10, 15)) > 3]
+    known = known.compute_chunk_sizes()
+    assert known.chunks == ((6, 15),)
+    shardwise.to_zarr(known, store, path="v")
+    np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), np.arange(4, 25))
+    with enabled():  # the irregular chunks became a rectilinear grid
+        np.testing.assert_array_equal(zarr.open_array(store, path="v", mode="r")[...], y.compute())
+
+
 def test_zarr_v2_unsharded(tmp_path):
     data = values((30, 20))
     shardwise.to_zarr(

@@ -640,3 +640,15 @@ def test_encode_split_cuts_only_at_inner_boundaries(data, shard, inner_per, part
     assert old_edges <= new_edges
     for e in new_edges - old_edges:
         assert e % inner == 0
+
+
+def test_unknown_chunk_sizes_are_refused_before_anything_is_written(tmp_path):
+    """A variable whose dask chunks have unknown sizes (NaN, after boolean indexing):
+    a ValueError naming the variable with dask's advice, nothing written."""
+    x = dask.array.arange(25, chunks=10)
+    ds = xr.Dataset({"v": ("t", x[x > 3])})
+    with pytest.raises(WriteError, match="unknown chunk sizes") as info:
+        shardwise.to_zarr(ds, tmp_path / "s.zarr")
+    assert isinstance(info.value, ValueError) and "compute_chunk_sizes()" in str(info.value)
+    assert "'v'" in str(info.value) or "array: v" in str(info.value)
+    assert not (tmp_path / "s.zarr").exists()

@@ -22,6 +22,7 @@ from shardwise.array.plan import (
     appended_grid,
     axis_of,
     castable,
+    check_known_chunks,
     chunk_target,
     dask_edges,
     dask_grid,
@@ -70,6 +71,7 @@ def array_to_zarr(
     import dask
 
     name = path.strip("/") or "/"
+    check_known_chunks(x.chunks, name)
     mode = _mode(mode, region, append_dim, name)
     session = icechunk_session(store)
     if session is not None:

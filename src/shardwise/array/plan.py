@@ -14,6 +14,7 @@ except :func:`data_write`, which builds (and does not run) the write graph.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +23,12 @@ import numpy as np
 
 import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, WriteError
 from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
 from shardwise.graph.write import data_graph
 
 __all__ = [
+    "check_known_chunks",
     "GridPlan",
     "appended_grid",
     "axis_of",
@@ -44,6 +46,24 @@ __all__ = [
 
 
 # -- axes ----------------------------------------------------------------------------------
+def check_known_chunks(blocks: Sequence[Sequence[float]], name: str) -> None:
+    """Refuse dask chunks of unknown size (NaN in ``x.chunks``, as after ``x[x > 0]``)
+    before anything is written, with dask's own advice: which shard an element lands in
+    is not known until the sizes are."""
+    unknown = [axis for axis, sizes in enumerate(blocks) if any(math.isnan(s) for s in sizes)]
+    if unknown:
+        raise WriteError(
+            "a dask array with unknown chunk sizes cannot be written",
+            expected="chunk sizes known along every axis",
+            found=f"unknown sizes (NaN) along axis {', '.join(map(str, unknown))}",
+            array=name,
+            advice="Compute the sizes first: x = x.compute_chunk_sizes() for a dask array "
+            "(a variable's .data in a Dataset); see "
+            "https://docs.dask.org/en/latest/array-chunks.html#unknown-chunks. "
+            "Nothing was written.",
+        )
+
+
 def axis_of(value: Any, ndim: int) -> int | None:
     """``value`` as an axis number from 0 to ``ndim - 1`` (negative ones count from the
     end), or None when it is not one."""

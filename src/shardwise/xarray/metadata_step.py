@@ -22,7 +22,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import shardwise._compat as _compat
-from shardwise.array.plan import appended_grid, castable, default_mode, region_bounds
+from shardwise.array.plan import (
+    appended_grid,
+    castable,
+    check_known_chunks,
+    default_mode,
+    region_bounds,
+)
 from shardwise.errors import StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
@@ -253,6 +259,9 @@ def validate(
     _compat.validate_dataset_names(
         ds
     )  # xarray's own refusal and text, as Dataset.to_zarr does first
+    for name, var in ds.variables.items():
+        if var.chunks is not None:
+            check_known_chunks(var.chunks, str(name))
     if write_order not in WRITE_ORDERS:
         raise WriteError(
             "unknown write order",
