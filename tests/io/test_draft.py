@@ -361,3 +361,29 @@ def test_a_draft_store_walked_once_opened_is_what_open_source_walks():
             list(opened.arrays),
         )
     assert list(draft_source(draft).groups) == ["", "deep", "surface", "deep/inside"]
+
+
+def test_asking_whether_a_v2_store_is_a_draft_store_costs_one_read(tmp_path):
+    """DraftStore.open (tried by the reader and the engine on stores zarr-python does not
+    open) reads the root document and asks nothing else: no existence checks for
+    Zarr v2 documents it does not use."""
+    calls = []
+
+    class Logged(LocalStore):
+        async def exists(self, key):
+            calls.append(("exists", key))
+            return await super().exists(key)
+
+        async def get(self, key, *args, **kwargs):
+            calls.append(("get", key))
+            return await super().get(key, *args, **kwargs)
+
+    from shardwise.io.draft import DraftStore
+
+    group = zarr.open_group(tmp_path / "v2.zarr", mode="w", zarr_format=2)
+    group.create_array("a", shape=(4,), chunks=(2,), dtype="i4")
+    assert DraftStore.open(Logged(tmp_path / "v2.zarr", read_only=True)) is None
+    assert calls == [("get", "zarr.json")]
+    calls.clear()
+    assert DraftStore.open(Logged(tmp_path / "v2.zarr/a", read_only=True)) is None
+    assert calls == [("get", "zarr.json")]

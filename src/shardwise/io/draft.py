@@ -215,7 +215,7 @@ class DraftStore:
     def open(cls, store: Any, storage_options: dict[str, Any] | None = None) -> DraftStore | None:
         """The draft store at ``store`` (a path, URL or ``Store``), or None when what is
         there is not a draft store (:func:`~shardwise.io.open.open_store` tells)."""
-        opened = open_store(store, storage_options)
+        opened = open_store(store, storage_options, draft_only=True)
         if opened is None or opened.format != DRAFT:
             return None
         return cls(opened.store, opened.prefix)

@@ -116,23 +116,31 @@ def has_zarr_json(store: Any, storage_options: dict[str, Any] | None = None) -> 
 
 
 def open_store(
-    store: Any, storage_options: dict[str, Any] | None = None, *, group: str | None = None
+    store: Any,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    group: str | None = None,
+    draft_only: bool = False,
 ) -> Opened | None:
     """Open ``store`` (a path, URL, zarr ``Store``, ``StorePath`` or Icechunk session)
     read-only and work
     out the format of the node at ``group`` in it (the store's own root when None). None
-    when ``store`` is a local path that does not exist."""
+    when ``store`` is a local path that does not exist. ``draft_only``: only whether it
+    is a draft store (one read of the root document; ``format`` None otherwise), for
+    callers that ask nothing else."""
     try:
         where = store_path(store, storage_options)
     except FileNotFoundError:
         return None
     root = where.path.strip("/")
     path = "/".join(p for p in (root, (group or "").strip("/")) if p)
-    found = _compat.sync(_format_at(where.store, root, path))
+    found = _compat.sync(_format_at(where.store, root, path, draft_only))
     return Opened(where.store, root, path, *found)
 
 
-async def _format_at(store: Any, root: str, path: str) -> tuple[str | None, str | None]:
+async def _format_at(
+    store: Any, root: str, path: str, draft_only: bool = False
+) -> tuple[str | None, str | None]:
     """``(format, document)`` of the node at ``path`` of a store starting at ``root``."""
     from zarr.buffer import default_buffer_prototype
 
@@ -140,6 +148,8 @@ async def _format_at(store: Any, root: str, path: str) -> tuple[str | None, str 
     raw = None if buf is None else buf.to_bytes()
     if is_draft_root(raw):
         return DRAFT, "zarr.json"
+    if draft_only:
+        return None, None
     if path == root and raw is not None:
         return V3, "zarr.json"
     under = f"{path}/" if path else ""
