@@ -198,6 +198,18 @@ async def fs_find(fs: Any, path: str) -> dict[str, Any]:
 # zarr-python: an array's metadata changed in place of zarr-python's own resize/append
 
 
+def codec_sync_method(codec: Any, direction: str) -> Any:
+    """A zarr-python codec's synchronous ``decode``/``encode`` of one chunk
+    (``_decode_sync``/``_encode_sync``, taking the value and its ``ArraySpec``), or None
+    when it has none (zarr < 3.4, or a codec that says ``_sync_capable = False``).
+    zarr 3.4 (``SupportsSyncCodec``). Public: the asynchronous ``codec.decode`` and
+    ``codec.encode`` (batches of ``(value, spec)``), the fallback."""
+    method = getattr(codec, f"_{direction}_sync", None)
+    if method is None or not getattr(codec, "_sync_capable", True):
+        return None
+    return method
+
+
 def replace_metadata(metadata: Any, **changes: Any) -> Any:
     """``metadata`` (an ``ArrayV3Metadata``, a frozen dataclass) with ``changes`` made
     (``dataclasses.replace``; its ``__init__`` checks them again: the chunk grid against

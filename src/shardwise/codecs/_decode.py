@@ -20,7 +20,7 @@ make one, or reaching past any store object. :class:`ChunkDecoder` and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,48 +37,16 @@ from shardwise.codecs._decompress import (
     decoded_size,
     decompressor,
 )
+from shardwise.codecs._index import index_format_from_codecs
 from shardwise.errors import (
     CorruptShardError,
     ShardwiseError,
     TruncatedShardError,
     UnsupportedCodecError,
 )
-from shardwise.format.index import EMPTY, IndexFormat
+from shardwise.format.index import EMPTY
 
-__all__ = ["ChunkDecoder", "ShardDecoder", "index_format_from_codecs"]
-
-
-def index_format_from_codecs(
-    index_codecs: Sequence[Any],
-    chunks_per_shard: tuple[int, ...],
-    location: str,
-    *,
-    array: str | None = None,
-) -> IndexFormat:
-    """The :class:`IndexFormat` for a sharding codec's ``index_codecs``: ``bytes``
-    (either endianness) optionally followed by ``crc32c``."""
-    from zarr.codecs import BytesCodec, Crc32cCodec
-
-    codecs = list(index_codecs)
-    ok = (
-        len(codecs) in (1, 2)
-        and isinstance(codecs[0], BytesCodec)
-        and (len(codecs) == 1 or isinstance(codecs[1], Crc32cCodec))
-    )
-    if not ok:
-        raise UnsupportedCodecError(
-            "unsupported shard index codecs",
-            expected="[bytes] or [bytes, crc32c]",
-            found=str([codec_name(c) for c in codecs]),
-            array=array,
-            advice="Rewrite the array with the default index codecs (bytes + crc32c).",
-        )
-    return IndexFormat(
-        chunks_per_shard=chunks_per_shard,
-        location="start" if location == "start" else "end",
-        endian="big" if codecs[0].endian == "big" else "little",
-        checksum=len(codecs) == 2,
-    )
+__all__ = ["ChunkDecoder", "ShardDecoder"]
 
 
 class ChunkDecoder(ChunkCodec):

@@ -2,8 +2,12 @@
 
 The index is an array of ``(offset, nbytes)`` uint64 pairs in C order over the chunks
 per shard, ``2**64 - 1`` in both fields for an empty inner chunk, stored at the start or
-the end of the shard through its index codecs (``bytes`` in either endianness,
-optionally followed by ``crc32c``).
+the end of the shard through its index codecs. :class:`IndexFormat` reads and writes the
+chains every writer uses (``bytes`` in either endianness, optionally followed by
+``crc32c``) with numpy alone; other chains of a fixed encoded size go through
+zarr-python's codecs in a subclass with the same methods
+(``shardwise.codecs._index.ZarrIndexFormat``), which everything taking an
+:class:`IndexFormat` accepts.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy.typing as npt
 
 from shardwise.errors import ChecksumError, CorruptShardError, TruncatedShardError
 
-__all__ = ["EMPTY", "MAX_OBJECT", "IndexFormat", "check_entries", "crc32c"]
+__all__ = ["EMPTY", "MAX_OBJECT", "IndexFormat", "Table", "check_entries", "crc32c"]
 
 EMPTY = np.uint64(2**64 - 1)
 """Offset and nbytes of an empty inner chunk."""
@@ -37,7 +41,10 @@ def crc32c(data: bytes | memoryview | npt.NDArray[np.uint8]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class IndexFormat:
-    """How one shard's index is laid out: its shape, place, byte order and checksum."""
+    """How one shard's index is laid out: its shape, place, byte order and checksum.
+
+    Subclasses (other index codecs) override :attr:`nbytes`, :meth:`decode` and
+    :meth:`encode`; the rest works from those."""
 
     chunks_per_shard: tuple[int, ...]
     location: Literal["start", "end"] = "end"
@@ -77,17 +84,7 @@ class IndexFormat:
     ) -> Table:
         """Decode the index bytes (exactly :attr:`nbytes` of them) into a table of shape
         ``chunks_per_shard + (2,)``, native uint64. Checks length and checksum."""
-        view = memoryview(raw).cast("B")
-        if len(view) != self.nbytes:
-            raise TruncatedShardError(
-                "shard index has the wrong size",
-                expected=f"{self.nbytes} bytes",
-                found=f"{len(view)} bytes",
-                array=array,
-                key=key,
-                advice="The shard object is truncated or not a sharding_indexed shard; "
-                "rewrite it from its source.",
-            )
+        view = self._sized(raw, array=array, key=key)
         body = view[: 16 * self.nchunks]
         if self.checksum:
             stored = int.from_bytes(view[-4:], "little")
@@ -106,15 +103,40 @@ class IndexFormat:
 
     def encode(self, table: Table) -> bytes:
         """Encode a table of shape ``chunks_per_shard + (2,)``."""
+        body = np.ascontiguousarray(self._shaped(table), dtype=self._dtype).tobytes()
+        if self.checksum:
+            body += crc32c(body).to_bytes(4, "little")
+        return body
+
+    def _sized(
+        self,
+        raw: bytes | memoryview | npt.NDArray[np.uint8],
+        *,
+        array: str | None,
+        key: str | None,
+    ) -> memoryview:
+        """``raw`` as bytes, checked to be exactly :attr:`nbytes` long."""
+        view = memoryview(raw).cast("B")
+        if len(view) != self.nbytes:
+            raise TruncatedShardError(
+                "shard index has the wrong size",
+                expected=f"{self.nbytes} bytes",
+                found=f"{len(view)} bytes",
+                array=array,
+                key=key,
+                advice="The shard object is truncated or not a sharding_indexed shard; "
+                "rewrite it from its source.",
+            )
+        return view
+
+    def _shaped(self, table: Table) -> Table:
+        """``table`` as uint64, checked to have the shape ``chunks_per_shard + (2,)``."""
         table = np.asarray(table, dtype=np.uint64)
         if table.shape != (*self.chunks_per_shard, 2):
             raise ValueError(
                 f"index table has shape {table.shape}, expected {(*self.chunks_per_shard, 2)}"
             )
-        body = np.ascontiguousarray(table, dtype=self._dtype).tobytes()
-        if self.checksum:
-            body += crc32c(body).to_bytes(4, "little")
-        return body
+        return table
 
     def empty_table(self) -> Table:
         return np.full((*self.chunks_per_shard, 2), EMPTY, dtype=np.uint64)

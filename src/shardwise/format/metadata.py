@@ -91,6 +91,19 @@ def parse_document(raw: bytes, key: str) -> Any:
             advice="Install the package that registers this codec with zarr-python "
             "(zarr.registry.register_codec), then open again.",
         ) from e
+    except ValueError as e:
+        if "index_codecs" not in str(e):
+            raise bad(f"{type(e).__name__}: {e}") from e
+        raise UnsupportedCodecError(  # zarr-python refuses index codecs of no fixed size
+            "the shard index codecs have no fixed encoded size",
+            expected="index codecs whose encoded size is fixed, as the sharding spec requires "
+            "(bytes, transpose, checksums)",
+            found=str(e),
+            array=path or "/",
+            key=key,
+            advice="Write the array with fixed-size index codecs (the default is bytes + "
+            "crc32c); a shard index is found by its size.",
+        ) from e
     except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
         raise bad(f"{type(e).__name__}: {e}") from e
 

@@ -2,7 +2,7 @@
 names what is wrong with a ``sharding_indexed`` index.
 
 :func:`read_shard_index` fetches the index bytes (a range for an index at the start, a
-suffix for one at the end), checks their length and crc32c, parses the entries and
+suffix for one at the end), checks their length and checksum, parses the entries and
 checks them against the object (:func:`~shardwise.format.index.check_entries`), raising
 the error a read names: :class:`~shardwise.errors.TruncatedShardError`,
 :class:`~shardwise.errors.CorruptShardError` or :class:`~shardwise.errors.ChecksumError`.
@@ -73,8 +73,10 @@ async def read_shard_index(
     One ranged request (two for a store that refuses a suffix longer than the object);
     none when ``size`` tells the object is shorter than its index.
 
-    What is checked: the index's length and crc32c (when its codecs have one), then every
-    entry (:func:`~shardwise.format.index.check_entries`): both fields empty or neither,
+    What is checked: the index's length and checksum (when its codecs have one: crc32c,
+    or what zarr-python's codecs check for other chains,
+    :func:`~shardwise.codecs.index_format_from_codecs`), then every entry
+    (:func:`~shardwise.format.index.check_entries`): both fields empty or neither,
     no overlaps, outside the index and inside the object when its ``size`` is known. When
     it is not, ``fetching`` (a reader about to fetch the ranges) has each entry end
     inside the largest object a store can hold
