@@ -324,10 +324,17 @@ def test_inner_chunks_that_cannot_divide_are_refused(tmp_path):
     assert "31" in str(err) and "greatest common divisor is 1" in str(err)
 
 
-def test_empty_dask_chunks_are_refused(tmp_path):
-    ds = daily(lengths=(5, 5), nx=2).chunk({"time": (5, 0, 5)})
-    err = _refused(tmp_path, ds, "size 0")
-    assert err.array == "tas" and "(5, 5)" in str(err)
+def test_empty_dask_chunks_own_no_shard(tmp_path):
+    """A dask chunk of size 0 holds nothing: it becomes no shard (it was refused)."""
+    ds = daily(lengths=(3, 5), nx=2).chunk({"time": (3, 0, 5, 0)})
+    path = tmp_path / "e.zarr"
+    shardwise.to_zarr(ds, path, consolidated=False)
+    with enabled():
+        arr = zarr.open_array(path, path="tas", mode="r")
+        assert len(arr.metadata.chunk_grid.chunk_shapes[0]) == 2  # two shards (3, 5 padded)
+    assert sorted(p.name for p in (path / "tas" / "c").iterdir()) == ["0", "1"]
+    got = xr.open_dataset(path, engine="shardwise", consolidated=False).load()
+    xr.testing.assert_identical(got, ds.load())
 
 
 def test_too_many_shards_are_refused(tmp_path):

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import (
+    ArgumentError,
     ChecksumError,
     ChunksError,
     CorruptShardError,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ArgumentError",
     "ArrayChoiceError",
     "ArrayInfo",
     "ArrayReader",

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = [
+    "ArgumentError",
     "ChecksumError",
     "ChunksError",
     "CorruptShardError",
@@ -130,6 +131,12 @@ class UnsupportedArrayError(ShardwiseError, ValueError):
 class WriteError(ShardwiseError, ValueError):
     """A write was refused before anything was written: shapes that do not fit, a
     region outside the array, an append that changes dimensions or data type..."""
+
+
+class ArgumentError(ShardwiseError, TypeError):
+    """A keyword the call does not take with the data given (zarr-python's creation
+    arguments, dask's ``**zarr_array_kwargs``, with a Dataset rather than a dask
+    array)."""
 
 
 class StoreExistsError(ShardwiseError, FileExistsError):

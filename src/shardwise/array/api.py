@@ -27,23 +27,38 @@ from shardwise.array.plan import (
     dask_edges,
     dask_grid,
     data_write,
+    default_format,
     default_mode,
     no_axis,
     padded_edges,
     rectilinear,
     region_bounds,
+    without_empty_blocks,
 )
 from shardwise.array.read import from_zarr
-from shardwise.errors import StoreExistsError, WriteError
+from shardwise.errors import ArgumentError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
 from shardwise.io.stores import write_grid
 
-__all__ = ["array_to_zarr", "from_zarr", "is_array"]
+__all__ = ["array_to_zarr", "dask_call", "from_zarr", "is_array"]
 
 _MODES = ("w-", "w", "a", "r+")
+
+_CREATION = (
+    "shards",
+    "chunks",
+    "compressors",
+    "filters",
+    "serializer",
+    "fill_value",
+    "attributes",
+    "dimension_names",
+)
+"""The creation options ``array_to_zarr`` takes by name; any others in ``creation``
+are more of zarr-python's ``create_array`` arguments."""
 
 
 def array_to_zarr(
@@ -63,23 +78,42 @@ def array_to_zarr(
     shards_per_task: int | str | None,
     encode_split: int | str | None,
     commit: str | None = None,
+    return_stored: bool = False,
+    zarr_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
     """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
     new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
     (``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes``,
-    ``dimension_names``); None where not given."""
+    ``dimension_names``); None where not given. ``zarr_kwargs``: more of
+    ``create_array``'s arguments (dask's ``**zarr_array_kwargs``), for a new array.
+    ``return_stored``: return the array written, read back lazily (see
+    :func:`_stored`)."""
     import dask
 
     name = path.strip("/") or "/"
     check_known_chunks(x.chunks, name)
+    x = without_empty_blocks(x)
+    extra = dict(zarr_kwargs or {})
+    x = _given_shape_and_dtype(x, extra, name)
+    if extra:
+        creation = {**creation, **extra}
     mode = _mode(mode, region, append_dim, name)
     session = icechunk_session(store)
     if session is not None:
         check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
+        if return_stored:
+            raise WriteError(
+                "return_stored is not available with an Icechunk session",
+                expected="return_stored=False",
+                found="return_stored=True",
+                array=name,
+                advice="Read the array back from the session after it is committed "
+                "(shardwise.from_zarr(session.store, path)). Nothing was written.",
+            )
         store = session.store
     elif commit is not None:
         refuse_commit(store, name)
-    zarr_format = 3 if zarr_format is None else zarr_format
+    zarr_format = default_format() if zarr_format is None else zarr_format
     if zarr_format not in (2, 3):
         raise WriteError(
             "unknown zarr_format", expected="2 or 3", found=repr(zarr_format), array=name
@@ -157,14 +191,159 @@ def array_to_zarr(
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
     graph = finish_graph([write], _done, arr)
+    if return_stored:
+        stored = _stored(arr, offset, x.shape)
+        if not compute:  # read once written: every task of it waits for the write
+            return _after(stored, graph)
+        dask.compute(graph)
+        return stored
     if not compute:
         return graph
     dask.compute(graph)
     return arr
 
 
+def _stored(arr: Any, offset: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """The part of ``arr`` just written (``shape`` at ``offset``), read lazily with the
+    fan-out graph (one dask chunk per shard): what ``return_stored=True`` returns, as
+    dask's ``to_zarr`` does, so that a computation can go on from what is stored."""
+    whole = from_zarr(arr.store_path.store, arr.path)
+    return whole[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+
+
+def _after(x: Any, write: Any) -> Any:
+    """The dask array ``x`` with every task of it waiting for the delayed ``write``:
+    the layers of ``x``'s graph that depend on nothing (the reader object the read tasks
+    take) become tasks that take the write's result too. (dask's
+    ``graph_manipulation.bind`` loses the task references of the read graph.)"""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import DataNode, Task, TaskRef
+
+    graph = x.__dask_graph__()
+    layers: dict[str, Any] = dict(write.dask.layers)
+    deps: dict[str, set[str]] = {k: set(v) for k, v in write.dask.dependencies.items()}
+    ends = {name for name, layer in write.dask.layers.items() if write.key in layer}
+    for name, layer in graph.layers.items():
+        if graph.dependencies[name] or name in layers:
+            layers.setdefault(name, layer)
+            deps.setdefault(name, set(graph.dependencies[name]))
+            continue
+        layers[name] = {
+            key: Task(key, _first, DataNode(None, value), TaskRef(write.key))
+            for key, value in dict(layer).items()
+        }
+        deps[name] = set(ends)
+    return da.Array(HighLevelGraph(layers, deps), x.name, x.chunks, meta=x._meta)
+
+
+def _first(value: Any, *_: Any) -> Any:
+    """``value``, once what the other arguments stand for has run."""
+    return value
+
+
+def _given_shape_and_dtype(x: Any, extra: dict[str, Any], name: str) -> Any:
+    """``shape=`` and ``dtype=`` among zarr-python's arguments (dask lets them override
+    the array's): the shape must be the data's; the data is cast to the dtype (within
+    its kind, as into an existing array). Both are taken out of ``extra``."""
+    shape = extra.pop("shape", None)
+    if shape is not None and tuple(np.atleast_1d(shape).tolist()) != tuple(x.shape):
+        raise WriteError(
+            "shape= is not the data's shape",
+            expected=f"shape {x.shape} (or shape= left out)",
+            found=f"shape={shape!r}",
+            array=name,
+            advice="Slice or pad the data to the shape wanted. Nothing was written.",
+        )
+    dtype = extra.pop("dtype", None)
+    if dtype is None:
+        return x
+    dtype = np.dtype(dtype)
+    if not castable(x.dtype, dtype):
+        raise WriteError(
+            "dtype= cannot hold the data",
+            expected=f"a data type {x.dtype} casts to within its kind",
+            found=f"dtype={dtype}",
+            array=name,
+            advice=f"Cast it first: x.astype({str(dtype)!r}). Nothing was written.",
+        )
+    return x.astype(dtype, copy=False)
+
+
+def dask_call(
+    store: Any,
+    path: str | None,
+    component: str | None,
+    mode: str | None,
+    overwrite: bool | None,
+    storage_options: dict[str, Any] | None,
+    zarr_kwargs: dict[str, Any],
+) -> tuple[Any, str, str | None, dict[str, Any]]:
+    """``dask.array.to_zarr``'s way of saying where and how, as shardwise's: the store
+    and array path (``component``, or ``name`` among zarr-python's arguments, are
+    other names of ``path``; a ``zarr.Array`` as the store means that array, written
+    into), the mode (``overwrite=True`` is ``mode="w"``, ``overwrite=False``
+    ``mode="w-"``) and the rest of zarr-python's creation arguments."""
+    import zarr
+
+    kwargs = dict(zarr_kwargs)
+    given = {
+        k: v
+        for k, v in (("path", path), ("component", component), ("name", kwargs.pop("name", None)))
+        if v is not None
+    }
+    if len({str(v).strip("/") for v in given.values()}) > 1:
+        raise WriteError(
+            "the array's path was given twice, differently",
+            expected="one of path=, component= (dask's name) or name=",
+            found=", ".join(f"{k}={v!r}" for k, v in given.items()),
+            array=str(next(iter(given.values()))).strip("/") or "/",
+            advice="Give the path once. Nothing was written.",
+        )
+    where = str(next(iter(given.values()), "") or "")
+    if isinstance(store, zarr.Array):  # dask's to_zarr(x, z): into that array
+        if where.strip("/") or storage_options is not None:
+            raise WriteError(
+                "a zarr.Array target was given with a path or storage options",
+                expected="the zarr.Array alone (it knows its store and path)",
+                found=f"path={where!r}, storage_options={storage_options!r}",
+                array=store.path or "/",
+                advice="Leave path=/component= and storage_options= out. Nothing was written.",
+            )
+        store, where = store.store_path.store, store.path
+        if mode is None and overwrite is None:
+            mode = "r+"
+    if overwrite is not None:
+        if not isinstance(overwrite, bool):
+            raise WriteError(
+                "overwrite must be True or False",
+                expected="a bool (dask's and zarr-python's meaning)",
+                found=repr(overwrite),
+                array=where.strip("/") or "/",
+            )
+        wanted = "w" if overwrite else "w-"
+        if mode not in (None, wanted):
+            raise WriteError(
+                "overwrite= and mode= disagree",
+                expected=f"overwrite={overwrite} alone (it means mode={wanted!r}), or mode= alone",
+                found=f"overwrite={overwrite}, mode={mode!r}",
+                array=where.strip("/") or "/",
+                advice="Give one of them. Nothing was written.",
+            )
+        mode = wanted
+    return store, where, mode, kwargs
+
+
 def _mode(mode: str | None, region: Any, append_dim: Any, name: str) -> str:
     mode = default_mode(mode, region, append_dim)
+    if mode == "r":  # in dask's words, which its users' code may look for
+        raise WriteError(
+            "Cannot use mode 'r' (read-only) when writing to zarr",
+            expected=f"one of {_MODES}",
+            found="mode='r'",
+            array=name,
+            advice="Use mode='w-' (the default) to create the array, 'w' to replace it.",
+        )
     if mode not in _MODES:
         raise WriteError("unknown mode", expected=f"one of {_MODES}", found=repr(mode), array=name)
     if region is not None and append_dim is not None:
@@ -458,9 +637,10 @@ def _create(
     kwargs: dict[str, Any] = {
         k: creation[k] for k in ("compressors", "filters", "serializer") if creation[k] is not None
     }
-    config: Any = (
-        {} if write_empty_chunks is None else {"write_empty_chunks": bool(write_empty_chunks)}
-    )
+    kwargs.update({k: v for k, v in creation.items() if k not in _CREATION and v is not None})
+    config: Any = dict(kwargs.pop("config", None) or {})
+    if write_empty_chunks is not None:
+        config["write_empty_chunks"] = bool(write_empty_chunks)
     shards = plan.shards
     if plan.edges is not None:  # created regular, then its grid written (below)
         shards = plan.inner
@@ -481,7 +661,14 @@ def _create(
             config=config,
             **kwargs,
         )
-    except (ValueError, TypeError) as e:
+    except TypeError as e:  # an argument create_array does not take
+        raise ArgumentError(
+            "zarr-python's create_array refused an argument",
+            found=str(e),
+            array=path.strip("/") or "/",
+            advice="Check the spelling against zarr.create_array's arguments. Nothing was written.",
+        ) from e
+    except ValueError as e:
         raise WriteError(
             "zarr-python refused the array",
             found=f"{type(e).__name__}: {e}",

@@ -28,8 +28,9 @@ from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
 from shardwise.graph.write import data_graph
 
 __all__ = [
-    "check_known_chunks",
     "GridPlan",
+    "check_known_chunks",
+    "without_empty_blocks",
     "appended_grid",
     "axis_of",
     "castable",
@@ -37,6 +38,7 @@ __all__ = [
     "dask_edges",
     "dask_grid",
     "data_write",
+    "default_format",
     "default_mode",
     "no_axis",
     "padded_edges",
@@ -62,6 +64,19 @@ def check_known_chunks(blocks: Sequence[Sequence[float]], name: str) -> None:
             "https://docs.dask.org/en/latest/array-chunks.html#unknown-chunks. "
             "Nothing was written.",
         )
+
+
+def without_empty_blocks(x: Any) -> Any:
+    """The dask array ``x`` without its chunks of size 0 along axes that hold data (as
+    ``(10, 10, 5, 0, 0)`` after ``compute_chunk_sizes()``): such a chunk holds nothing,
+    so it owns no shard. The same tasks (``x.blocks`` selects, nothing is moved); ``x``
+    itself when it has none. A zero-length axis keeps its one empty chunk."""
+    for axis, sizes in enumerate(x.chunks):
+        if 0 in sizes and any(sizes):
+            index: list[Any] = [slice(None)] * x.ndim
+            index[axis] = [i for i, n in enumerate(sizes) if n]
+            x = x.blocks[tuple(index)]
+    return x
 
 
 def axis_of(value: Any, ndim: int) -> int | None:
@@ -94,6 +109,15 @@ def default_mode(mode: str | None, region: Any, append_dim: Any) -> str | None:
     if mode is not None:
         return mode
     return "a" if append_dim is not None else "r+" if region is not None else "w-"
+
+
+def default_format() -> int:
+    """The Zarr format of a new store when none is given: zarr-python's
+    ``default_zarr_format`` setting (3 unless changed), as xarray and zarr-python
+    themselves take it."""
+    import zarr
+
+    return int(zarr.config.get("default_zarr_format", 3))
 
 
 # -- the grid of a new array ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from shardwise.array.plan import axis_of, no_axis
 from shardwise.errors import ChunksError
 from shardwise.graph.read import block_sizes, fanout_array
 from shardwise.io.reader import ArrayReader
-from shardwise.io.stores import ReadOptions
+from shardwise.io.stores import ReadOptions, store_token
 
 __all__ = ["from_zarr"]
 
@@ -24,32 +24,143 @@ _WORDS = ("shards", "inner", "auto")
 
 def from_zarr(
     store: Any,
-    path: str = "",
-    *,
-    chunks: str | Mapping[int, Any] | Sequence[Any] = "shards",
+    path: str | None = "",
     storage_options: dict[str, Any] | None = None,
+    chunks: str | Mapping[int, Any] | Sequence[Any] | None = "shards",
+    name: str | None = None,
+    inline_array: bool = False,
+    *,
+    component: str | None = None,
     read_options: Any = None,
+    **kwargs: Any,
 ) -> Any:
-    """Read the Zarr array at ``path`` of ``store`` (a path, URL or zarr ``Store``) as a
-    ``dask.array.Array`` with the fan-out graph: one index task per shard that several
-    dask chunks share, and below it one task per dask chunk reading its inner chunks as
-    coalesced byte ranges.
+    """Read a Zarr array as a ``dask.array.Array`` with the fan-out graph: one index task
+    per shard that several dask chunks share, and below it one task per dask chunk reading
+    its inner chunks as coalesced byte ranges. Zarr v3 arrays (sharded or not), Zarr v2
+    arrays and stores of the 2022 sharding draft are read.
 
-    ``chunks``: ``"shards"`` (default: one dask chunk per shard), ``"inner"`` (one per
-    inner chunk), ``"auto"`` (whole shards or inner chunks toward dask's
-    ``array.chunk-size``), or per axis (a tuple, or a dict by axis number) any of
-    those, an int size, a tuple of sizes, ``-1`` (the whole axis) or ``None`` (shards).
-    Sizes that cut inner chunks move to inner-chunk boundaries with a
-    :class:`~shardwise.ChunkRoundingWarning`. Zarr v2 arrays and 2022 sharding drafts
-    are read too. ``read_options``: a :class:`~shardwise.ReadOptions` or a dict.
+    The parameters are :func:`dask.array.from_zarr`'s, in its order and with its meaning
+    (``from_zarr(url, "group/array", {"anon": True})`` reads what dask reads), and
+    ``read_options``:
+
+    - ``store``: a path, a URL (``s3://...``) or a zarr ``Store``; or a ``zarr.Array``
+      already open (``from_zarr(z)``, as in dask): its store and path are read, with the
+      metadata it holds. ``path``/``component``, ``storage_options`` and ``kwargs`` must
+      then be left out (a :class:`~shardwise.errors.ChunksError`, a ``ValueError``).
+    - ``path``: the array's path in ``store`` (``""``: the array at its root).
+      ``component=`` is dask's name for it; both given, and different, is a
+      :class:`~shardwise.errors.ChunksError`.
+    - ``storage_options``: for the file system of a URL (fsspec's, e.g.
+      ``{"anon": True}``); ignored, as dask ignores them, for a local path, a
+      ``file://`` URL or a ``Store``.
+    - ``chunks``: ``"shards"`` (the default, and what ``None`` means: one dask chunk per
+      shard), ``"inner"`` (one per inner chunk), ``"auto"`` (whole shards or inner chunks
+      toward dask's ``array.chunk-size``), or per axis (a tuple, or a dict by axis
+      number) any of those, an int size, a tuple of sizes, ``-1`` (the whole axis) or
+      ``None`` (shards).
+    - ``name``: the dask array's name, that of its read layer (the index layer and the
+      keys holding the reader are named after it). By default a name tokenized from the
+      array (its store, path and metadata), ``storage_options``, ``kwargs``, the chunks
+      and ``read_options``: the same array read twice the same way gets the same name,
+      two arrays different names.
+    - ``inline_array``: as in :func:`dask.array.from_array`. ``False`` (the default)
+      keeps the reader in one key, ``original-<name>``, that the read tasks refer to (and
+      in one more, ``reader-<name>``, for the index tasks); ``True`` puts it in every
+      task instead, so the graph has no such keys (each task sent to a worker then
+      carries its own copy of the reader).
+    - ``read_options``: a :class:`~shardwise.ReadOptions` or a dict of its fields (how
+      reads coalesce byte ranges, the index cache...).
+    - ``kwargs``: passed to ``zarr.open_array``, as dask passes them (``zarr_format=2``
+      or ``3`` to insist on a format, ``config=``...; zarr-python ignores the others
+      when it opens an array); a name that none of ``zarr.open_array``, ``zarr.create``
+      and ``zarr.open_group`` takes (a misspelling) is a ``TypeError``. ``mode`` is
+      accepted and ignored: a read always opens the array read-only.
+
+    Differences from :func:`dask.array.from_zarr`: the default chunks are one dask chunk
+    per shard, not one per zarr (inner) chunk; and dask chunks always hold whole inner
+    chunks: sizes that would cut inner chunks are moved to inner-chunk boundaries, with a
+    :class:`~shardwise.ChunkRoundingWarning`.
     """
     if isinstance(read_options, Mapping):
         read_options = ReadOptions(**read_options)
-    reader = ArrayReader.open(store, path, storage_options=storage_options, options=read_options)
-    name = path.strip("/") or "/"
-    by_axis = _chunks_by_axis(chunks, reader.ndim, name)
-    sizes = block_sizes(reader, tuple(range(reader.ndim)), by_axis, name=name)
-    return fanout_array(reader, reader, sizes, name=name, dtype=reader.dtype)
+    if component is not None and path and component.strip("/") != path.strip("/"):
+        raise ChunksError(
+            "path and component name different arrays",
+            expected="one of them (component is dask's name for path), or the same path",
+            found=f"path={path!r}, component={component!r}",
+            array=path,
+            advice="Pass only one of them.",
+        )
+    if storage_options is not None and not _is_url(store) and not _is_zarr_array(store):
+        storage_options = None  # as dask: for a URL only (a zarr.Array refuses them)
+    reader = ArrayReader.open(
+        store,
+        path or component or "",
+        storage_options=storage_options,
+        options=read_options,
+        **kwargs,
+    )
+    label = reader.info.path.strip("/") or "/"
+    by_axis = _chunks_by_axis("shards" if chunks is None else chunks, reader.ndim, label)
+    sizes = block_sizes(reader, tuple(range(reader.ndim)), by_axis, name=label)
+    if name is None:
+        name = f"shardwise-read-{label}-{_token(reader, sizes, storage_options, kwargs)}"
+    return fanout_array(
+        reader,
+        reader,
+        sizes,
+        name=label,
+        dtype=reader.dtype,
+        array_name=name,
+        inline_array=inline_array,
+    )
+
+
+def _is_url(store: Any) -> bool:
+    """Whether ``store`` is a URL of an fsspec file system (not a local path, not a
+    ``file://`` or ``memory://`` URL): what ``storage_options`` are for."""
+    if not isinstance(store, str) or "://" not in store:
+        return False
+    return store.split("://", 1)[0].lower() not in ("", "file", "memory")
+
+
+def _is_zarr_array(store: Any) -> bool:
+    import zarr
+
+    return isinstance(store, zarr.Array)
+
+
+def _token(
+    reader: ArrayReader,
+    sizes: tuple[tuple[int, ...], ...],
+    storage_options: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> str:
+    """The default name's token: the same for the same array read the same way, in any
+    process; different for different arrays (store, path, metadata) or chunks. Not the
+    reader's own token, which is new at every open (it keys the index cache).
+
+    A store is named by where it is (:func:`~shardwise.io.stores.store_token`), except a
+    ``MemoryStore``, whose name is the ``id`` of its dict, used again once that dict is
+    freed: it is tokenized by its contents, as dask tokenizes an in-memory array."""
+    import zarr
+    from dask.base import tokenize
+
+    store = reader.store
+    in_memory = isinstance(store, zarr.storage.MemoryStore)
+    where = tokenize(store) if in_memory else store_token(store)
+    # where an object store is (an endpoint) need not show in the store's name
+    fs_options = getattr(getattr(store, "fs", None), "storage_options", None)
+    return tokenize(
+        where,
+        fs_options,
+        storage_options,
+        {k: v for k, v in kwargs.items() if k != "mode"},  # ignored: reads are read-only
+        reader.info.path,
+        reader.info.metadata.to_dict(),
+        sizes,
+        reader.options,
+    )
 
 
 def _chunks_by_axis(chunks: Any, ndim: int, name: str) -> Any:

@@ -14,6 +14,11 @@ For one array, :func:`fanout_array` builds a dask array whose graph has
   read task reads it as the engine does, the whole object in one request when it wants
   most of it, else the index and then coalesced ranges.
 
+The source and the reader sit in one key each (``original-<read layer>``,
+``reader-<read layer>``) that the tasks refer to, or, with ``inline_array=True``, in
+every task (:func:`dask.array.from_array`'s two ways). ``shardwise.from_zarr`` names the
+read layer itself (``name=``, or a name tokenized from the array it reads).
+
 Because read tasks are dask ``getter`` tasks, dask's optimizer fuses a later slice
 (``ds.isel(time=slice(0, 5))``) into the read, and culls the index tasks of shards no
 chunk needs: a selection reads only the shards, indexes and inner chunks it touches.
@@ -336,10 +341,23 @@ def fanout_array(
     *,
     name: str,
     dtype: np.dtype[Any],
+    array_name: str | None = None,
+    inline_array: bool = False,
 ) -> Any:
     """A dask array of ``source`` (indexable like the array ``reader`` reads, e.g. its
     CF-decoded xarray wrapper) with the fan-out graph described in the module docstring.
-    ``chunks`` must hold whole inner chunks (see :func:`block_sizes`)."""
+    ``chunks`` must hold whole inner chunks (see :func:`block_sizes`).
+
+    ``array_name``: the dask array's name (that of its read layer); the index layer, the
+    key holding ``source`` (``original-<array_name>``) and the one holding ``reader``
+    (``reader-<array_name>``) are named after it. By default it is
+    ``shardwise-read-<name>-<token>``, the token this reader's own (so two readers of
+    one array, whose ``source`` may decode it differently, never share keys).
+
+    ``inline_array`` (:func:`dask.array.from_array`'s meaning): ``False`` keeps ``source``
+    and ``reader`` in a key each, which the read and index tasks refer to; ``True`` puts
+    ``source`` in every read task and ``reader`` in every index task instead (no such
+    keys: each task carries its own copy when sent to a worker)."""
     import dask.array as da
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
@@ -347,11 +365,18 @@ def fanout_array(
 
     layout = reader.info.layout
     sharded = layout.sharded
-    token = tokenize(reader.token, name, chunks)
-    read_name = f"shardwise-read-{name}-{token}"
+    if array_name is None:
+        token = tokenize(reader.token, name, chunks)
+        read_name = f"shardwise-read-{name}-{token}"
+    else:
+        token = tokenize(array_name)
+        read_name = array_name
     index_name = f"shardwise-index-{token}"
     original = f"original-{read_name}"
     reader_key = f"reader-{read_name}"
+    # what the tasks take the source and the reader from: a key, or the object itself
+    src_arg: Any = source if inline_array else TaskRef(original)
+    reader_arg: Any = reader if inline_array else TaskRef(reader_key)
 
     starts = [[0, *itertools.accumulate(c)] for c in chunks]
     # A shard is shared (read by two or more tasks, so it gets an index task) when a
@@ -413,37 +438,43 @@ def fanout_array(
             # a shard only this task reads needs no index task: the task reads it itself,
             # the whole object in one request when it wants most of it
             if not sharded or not any(mine[d][i] for d, i in enumerate(block)):
-                read_layer[key] = Task(key, _compat.getter, TaskRef(original), region)
+                read_layer[key] = Task(key, _compat.getter, src_arg, region)
                 continue
             shared = shared_shards(block)
             if not shared:
-                read_layer[key] = Task(key, _compat.getter, TaskRef(original), region)
+                read_layer[key] = Task(key, _compat.getter, src_arg, region)
                 continue
             refs = []
             for shard in shared:
                 ikey: Any = (index_name, *shard)
                 if ikey not in index_layer:
-                    index_layer[ikey] = Task(ikey, _read_index, TaskRef(reader_key), shard)
+                    index_layer[ikey] = Task(ikey, _read_index, reader_arg, shard)
                     shard_keys[shard] = reader.info.key(shard)
                 refs.append(TaskRef(ikey))
             src = Task(
                 None,
                 ShardSource,
-                TaskRef(original),
+                src_arg,
                 reader.token,
                 [shard_keys[s] for s in shared],
                 *refs,
             )
             read_layer[key] = Task(key, _compat.getter, src, region)
 
-    layers: dict[str, Any] = {original: {original: source}, read_name: read_layer}
-    deps: dict[str, set[str]] = {original: set(), read_name: {original}}
+    layers: dict[str, Any] = {read_name: read_layer}
+    deps: dict[str, set[str]] = {read_name: set()}
+    if not inline_array:
+        layers[original] = {original: source}
+        deps[original] = set()
+        deps[read_name].add(original)
     if index_layer:
-        layers[reader_key] = {reader_key: reader}
         layers[index_name] = index_layer
-        deps[reader_key] = set()
-        deps[index_name] = {reader_key}
+        deps[index_name] = set()
         deps[read_name].add(index_name)
+        if not inline_array:
+            layers[reader_key] = {reader_key: reader}
+            deps[reader_key] = set()
+            deps[index_name].add(reader_key)
     graph = HighLevelGraph(layers, deps)
     meta = np.empty((0,) * len(chunks), dtype=dtype)
     return da.Array(graph, read_name, chunks, meta=meta)

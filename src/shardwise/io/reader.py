@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import reprlib
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,8 @@ import shardwise._compat as _compat
 from shardwise._buffers import SCRATCH_LIMIT, scratch
 from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
+    ArgumentError,
+    ChunksError,
     CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
@@ -89,15 +92,33 @@ class ArrayReader:
         *,
         storage_options: dict[str, Any] | None = None,
         options: ReadOptions | None = None,
+        **kwargs: Any,
     ) -> ArrayReader:
         """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``):
         Zarr v3, Zarr v2 (:mod:`shardwise.format.v2`), or a store of the 2022 sharding draft
-        (:mod:`shardwise.io.draft`)."""
+        (:mod:`shardwise.io.draft`).
+
+        ``store`` may also be a ``zarr.Array`` already open (Zarr v3 or v2): its store and
+        path are read, with the metadata it holds (nothing is opened again); ``path``,
+        ``storage_options`` and ``kwargs`` must then be left out.
+
+        ``kwargs`` go to ``zarr.open_array`` as :func:`dask.array.from_zarr` passes them
+        (``zarr_format=2`` to insist on a format, ``config=``...); a name that no
+        zarr-python opener takes is a ``TypeError``. ``mode`` is ignored: the array is
+        always opened read-only. With ``zarr_format`` given, a store of the sharding
+        draft is not looked for."""
         import zarr
+
+        if isinstance(store, zarr.Array):
+            return cls._of_array(store, path, storage_options, kwargs, options)
+        kwargs = _open_kwargs(kwargs)
+        fmt = kwargs.get("zarr_format")
 
         def draft() -> ArrayReader | None:
             """The array when ``store`` is a draft store (looked for only when
             zarr-python finds no array: a draft has no ``<path>/zarr.json``)."""
+            if fmt is not None:  # a format was insisted on: not the draft's
+                return None
             try:
                 found = DraftStore.open(store, storage_options)
             except (FileNotFoundError, *PARSE_ERRORS):
@@ -107,18 +128,24 @@ class ArrayReader:
         try:
             with enabled():  # zarr-python reads rectilinear grids only with its flag on
                 arr = zarr.open_array(
-                    store=store, path=path, mode="r", storage_options=storage_options
+                    store=store, path=path, mode="r", storage_options=storage_options, **kwargs
                 )
-            info: ArrayInfo
-            if arr.metadata.zarr_format == 2:
-                info = v2_array_info(arr.metadata, arr.path)
-            else:
-                info = ArrayInfo.from_metadata(arr.metadata, arr.path)
+            info = _info_of(arr)
         except ShardwiseError:
             raise
         except FileNotFoundError as e:
             if (reader := draft()) is not None:
                 return reader
+            if fmt is not None:
+                raise NotAZarrStoreError(
+                    f"no Zarr v{fmt} array here",
+                    expected=f"a Zarr v{fmt} array (zarr_format={fmt} was asked)",
+                    found=f"none ({type(e).__name__}: {e})",
+                    array=path or "/",
+                    key=metadata_key(path) if fmt == 3 else _v2_key(path),
+                    advice=f"Check the path {store!r} and the array path, or leave "
+                    "zarr_format out to read either format.",
+                ) from e
             raise NotAZarrStoreError(
                 "no Zarr array here",
                 expected="a zarr.json describing an array",
@@ -135,6 +162,33 @@ class ArrayReader:
                 raise
             raise err from e
         return cls(arr.store_path.store, info, options)
+
+    @classmethod
+    def _of_array(
+        cls,
+        arr: Any,
+        path: str | None,
+        storage_options: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+        options: ReadOptions | None,
+    ) -> ArrayReader:
+        """The reader of a ``zarr.Array`` already open: its store, path and metadata."""
+        given = [
+            f"{what}={value!r}"
+            for what, value in (("path", path), ("storage_options", storage_options))
+            if value
+        ] + [f"{k}={reprlib.repr(v)}" for k, v in kwargs.items()]
+        if given:
+            raise ChunksError(
+                "a zarr.Array was given with arguments that say where to open an array",
+                expected="no path, storage_options or zarr.open_array arguments (the "
+                "zarr.Array says where its data is and was opened with its own)",
+                found=", ".join(given),
+                array=arr.path or "/",
+                advice="Leave them out, or pass the store (or its path or URL) instead of "
+                "the zarr.Array.",
+            )
+        return cls(arr.store_path.store, _info_of(arr), options)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -621,3 +675,47 @@ def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
         return sel
     arrays = [np.arange(s.start, s.stop, s.step or 1) if isinstance(s, slice) else s for s in sel]
     return np.ix_(*arrays)
+
+
+def _info_of(arr: Any) -> ArrayInfo:
+    """The :class:`ArrayInfo` of an open ``zarr.Array`` (Zarr v3 or v2)."""
+    if arr.metadata.zarr_format == 2:
+        return v2_array_info(arr.metadata, arr.path)
+    return ArrayInfo.from_metadata(arr.metadata, arr.path)
+
+
+def _v2_key(path: str) -> str:
+    path = path.strip("/")
+    return f"{path}/.zarray" if path else ".zarray"
+
+
+def _open_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for ``zarr.open_array``, as :func:`dask.array.from_zarr` passes them:
+    ``mode`` dropped (reads are read-only). zarr-python ignores, when it opens an array,
+    what it would pass on to ``zarr.create``, and any other name; a name that none of
+    zarr-python's openers takes (``zarr.open_array``, ``zarr.create``,
+    ``zarr.open_group``: ``use_consolidated``, which dask code passes, is one of the
+    last's) is a ``TypeError`` here, not a misspelling silently ignored."""
+    import inspect
+
+    import zarr
+
+    out = {k: v for k, v in kwargs.items() if k != "mode"}
+    if not out:
+        return out
+    known: set[str] = set()
+    for func in (zarr.open_array, zarr.create, zarr.open_group):
+        known.update(
+            n
+            for n, p in inspect.signature(func).parameters.items()
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        )
+    if unknown := sorted(k for k in out if k not in known):
+        raise ArgumentError(
+            "a read got keywords zarr-python's openers do not take",
+            expected="parameters of zarr.open_array (the keyword arguments of a read go "
+            "to it, as dask.array.from_zarr passes them)",
+            found=", ".join(unknown),
+            advice="Check the spelling (zarr_format=, use_consolidated=...).",
+        )
+    return out

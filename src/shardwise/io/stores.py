@@ -11,6 +11,8 @@ independent requests go out concurrently while the caller's thread does the deco
 from __future__ import annotations
 
 import os
+import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -109,8 +111,27 @@ def coalesce(
 
 
 def store_token(store: Any) -> str:
-    """A string naming a store's location, the same in every process."""
+    """A string naming a store's location, the same in every process; for an in-memory
+    store (which has no location), one that no other store object gets, ever."""
+    from zarr.storage import MemoryStore
+
+    if isinstance(store, MemoryStore):
+        return f"{type(store).__module__}.{type(store).__qualname__}:{_memory_id(store)}"
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
+
+
+_MEMORY: dict[int, str] = {}
+
+
+def _memory_id(store: Any) -> str:
+    """A name of its own for an in-memory store: ``str(MemoryStore)`` shows the ``id``
+    of its dict, which Python hands to another object once it is freed."""
+    key = id(store)
+    name = _MEMORY.get(key)
+    if name is None:
+        name = _MEMORY[key] = uuid.uuid4().hex
+        weakref.finalize(store, _MEMORY.pop, key, None)
+    return name
 
 
 # -- where a store is: sources and destinations must not overlap ---------------------------

@@ -31,7 +31,9 @@ ShardSpec = SizeSpec | Literal["dask"]
 def _by_dim(
     spec: Mapping[Hashable, int], dims: tuple[Hashable, ...], default: tuple[int, ...]
 ) -> tuple[int, ...]:
-    return tuple(int(spec.get(d, n)) for d, n in zip(dims, default, strict=True))
+    """Sizes by dimension name; a dimension not named spans ``default`` (at least 1: a
+    zero-length dimension gets chunks of 1, which zarr needs)."""
+    return tuple(int(spec.get(d, max(1, n))) for d, n in zip(dims, default, strict=True))
 
 
 def check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
@@ -77,7 +79,7 @@ def plan_encoding(
     inner chunks) and :class:`Capture` rewrites the array's grid once xarray has
     created it."""
 
-    out_encoding = {k: dict(v) for k, v in encoding.items()}
+    out_encoding = {k: _as_dict(k, v) for k, v in encoding.items()}
     grids: dict[str, tuple[Any, ...]] = {}
     ds = ds.copy(deep=False)
     for name, var in ds.variables.items():
@@ -120,6 +122,10 @@ def plan_encoding(
             else:
                 enc["shards"] = _by_dim(shards, var.dims, var.shape)
         sharded = enc.get("shards") is not None
+        if "chunks" not in enc and not sharded and blocks is not None and 0 in var.shape:
+            # a zero-length dimension holds no data: its dask chunk (of size 0) gives
+            # way to a chunk of 1, as xarray's own path does (zarr refuses size 0)
+            enc["chunks"] = dask_grid(blocks)
         if "chunks" not in enc:
             outer = tuple(enc["shards"]) if sharded else var.shape
             if chunks == "auto" or (chunks is None and sharded):
@@ -132,6 +138,20 @@ def plan_encoding(
         else:
             var.encoding = enc
     return ds, out_encoding, grids
+
+
+def _as_dict(name: Hashable, enc: Any) -> dict[str, Any]:
+    """A variable's encoding as a dict, refused in xarray's words when it is none."""
+    try:
+        return dict(enc)
+    except (TypeError, ValueError) as e:
+        raise WriteError(
+            "encoding must be castable to a dictionary",
+            expected="a mapping of encoding keys (dtype, chunks, shards, compressors...)",
+            found=repr(enc),
+            array=str(name),
+            advice="Give e.g. encoding={name: {'dtype': 'f4'}}. Nothing was written.",
+        ) from e
 
 
 def _sizes_text(var: Any) -> str:
@@ -229,7 +249,8 @@ def _check_shapes(name: Hashable, var: Any, enc: Mapping[str, Any]) -> None:
 
 def check_v2_shards(zarr_format: int, shards: ShardSpec, encoding: Mapping[Hashable, Any]) -> None:
     if zarr_format == 2 and (
-        shards is not None or any(e.get("shards") is not None for e in encoding.values())
+        shards is not None
+        or any(isinstance(e, Mapping) and e.get("shards") is not None for e in encoding.values())
     ):
         raise WriteError(
             "shards need Zarr format 3",

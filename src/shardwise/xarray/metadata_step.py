@@ -26,8 +26,10 @@ from shardwise.array.plan import (
     appended_grid,
     castable,
     check_known_chunks,
+    default_format,
     default_mode,
     region_bounds,
+    without_empty_blocks,
 )
 from shardwise.errors import StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
@@ -262,6 +264,13 @@ def validate(
     for name, var in ds.variables.items():
         if var.chunks is not None:
             check_known_chunks(var.chunks, str(name))
+    if any(
+        var.chunks and any(0 in c and any(c) for c in var.chunks) for var in ds.variables.values()
+    ):
+        ds = ds.copy(deep=False)  # empty dask chunks own no shard: dropped (no data moves)
+        for var in ds.variables.values():
+            if var.chunks is not None:
+                var.data = without_empty_blocks(var.data)
     if write_order not in WRITE_ORDERS:
         raise WriteError(
             "unknown write order",
@@ -307,8 +316,9 @@ def validate(
 
     view = _overlay_of(store, storage_options)
     node = None if mode == "w" else _existing_node(view, group)
-    if zarr_format is None:  # as the group it adds to, else the current format
-        zarr_format = 2 if node is not None and not node.endswith("zarr.json") else 3
+    if zarr_format is None:  # as the group it adds to, else zarr's default format
+        existing_format = None if node is None else 3 if node.endswith("zarr.json") else 2
+        zarr_format = existing_format or default_format()
     check_v2_shards(zarr_format, shards, encoding)
     if mode == "w-" and (key := node) is not None:
         raise StoreExistsError(

@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
-from shardwise.array.api import array_to_zarr, is_array
+from shardwise.array.api import array_to_zarr, dask_call, is_array
 from shardwise.array.plan import data_write
-from shardwise.errors import ShardwiseError, WriteError
+from shardwise.errors import ArgumentError, ShardwiseError, WriteError
 from shardwise.graph.tasks import merge_sessions
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
@@ -77,16 +77,7 @@ def _read_locations(obj: Any) -> Iterator[Any]:
         # a Variable's lazily indexed array (.data would load it)
         data = _compat.lazy_data(data)
         graph = getattr(data, "dask", None)
-        wrapped = (
-            [
-                getattr(v, "value", v)
-                for name, layer in graph.layers.items()
-                if name.startswith("original-")
-                for v in layer.values()
-            ]
-            if graph is not None
-            else [data]
-        )
+        wrapped = list(_graph_sources(graph)) if graph is not None else [data]
         for inner in wrapped:
             for _ in range(32):  # down xarray's wrappers (.array) to the reader
                 if id(inner) in seen:
@@ -105,6 +96,55 @@ def _read_locations(obj: Any) -> Iterator[Any]:
                 if nxt is None:
                     break
                 inner = nxt
+
+
+def _refuse_array_options(
+    component: Any, return_stored: bool, overwrite: Any, zarr_kwargs: Mapping[str, Any]
+) -> None:
+    """dask's ``to_zarr`` options, and zarr-python's creation arguments, are for one dask
+    array: with a Dataset they are refused (a keyword ``Dataset.to_zarr`` does not take
+    is the ``TypeError`` Python raises for it)."""
+    if zarr_kwargs:
+        raise ArgumentError(
+            "to_zarr got keywords it takes only with a dask array",
+            expected="Dataset.to_zarr's keywords (and shards=, chunks=, write_order=...)",
+            found=", ".join(sorted(zarr_kwargs)),
+            advice="Give codecs and other array options per variable in encoding=, e.g. "
+            "encoding={'v': {'compressors': ...}}. Nothing was written.",
+        )
+    given = {"component": component, "overwrite": overwrite, "return_stored": return_stored}
+    if names := sorted(k for k, v in given.items() if v not in (None, False)):
+        raise WriteError(
+            "options for a single dask array were given with a Dataset",
+            expected="group= and mode= for a Dataset (mode='w' replaces it)",
+            found=", ".join(names),
+            advice="Use group= for where the Dataset goes and mode='w' to replace it. "
+            "Nothing was written.",
+        )
+
+
+def _graph_sources(graph: Any) -> Iterator[Any]:
+    """The objects a dask graph reads from: the values of its ``original-`` layers
+    (``from_array``'s, and the fan-out read's), and, for sources put in every task
+    (``inline_array=True``), the arguments of the first task of every other layer held
+    as a plain mapping (one task looked at per layer: each task of such a layer takes
+    the same source)."""
+    from dask.task_spec import DataNode, Task
+
+    for name, layer in graph.layers.items():
+        if name.startswith("original-"):
+            yield from (getattr(v, "value", v) for v in layer.values())
+            continue
+        mapping = getattr(layer, "mapping", None)
+        if not isinstance(mapping, dict) or not mapping:
+            continue  # a layer built on demand (blockwise): its tasks take keys, not sources
+        task = next(iter(mapping.values()))
+        for _ in range(4):  # a getter task around a ShardSource task around the source
+            if not isinstance(task, Task):
+                break
+            args = [a.value if isinstance(a, DataNode) else a for a in task.args]
+            yield from (a for a in args if not isinstance(a, Task))
+            task = next((a for a in args if isinstance(a, Task)), None)
 
 
 def _as_dataset(obj: Any) -> Any:
@@ -153,6 +193,10 @@ def to_zarr(
     attributes: Mapping[str, Any] | None = None,
     dimension_names: Any = None,
     commit: str | None = None,
+    component: str | None = None,
+    return_stored: bool = False,
+    overwrite: bool | None = None,
+    **zarr_array_kwargs: Any,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
     does, with exactly one dask task writing each shard; or one ``dask.array.Array``
@@ -222,9 +266,25 @@ def to_zarr(
         unsharded Zarr v2 array. Returns the ``zarr.Array``, or with ``compute=False``
         a ``dask.delayed`` that writes the data (the metadata is written already) and
         returns it.
+
+        ``dask.array.to_zarr``'s parameters, with dask's meaning: ``component`` (or
+        ``name``) is ``path``; ``overwrite=True`` is ``mode="w"``, ``False``
+        ``mode="w-"``; ``store`` may be a ``zarr.Array`` to write into (``mode="r+"``,
+        ``region=`` allowed); ``return_stored=True`` returns the part written as a dask
+        array read back lazily (with ``compute=False``, computing it writes first); any
+        other keyword goes to zarr-python's ``create_array`` for a new array
+        (``chunk_key_encoding``, ``config``, ``order``...; ``dtype`` casts the data,
+        ``shape`` must be its shape). Without ``zarr_format``, a new store gets
+        zarr-python's ``default_zarr_format`` setting. Chunks of size 0 own no shard.
     """
     import dask
 
+    if is_array(obj):  # dask's spelling: component=, overwrite=, a zarr.Array target
+        store, path, mode, zarr_array_kwargs = dask_call(
+            store, path, component, mode, overwrite, storage_options, zarr_array_kwargs
+        )
+    else:
+        _refuse_array_options(component, return_stored, overwrite, zarr_array_kwargs)
     if mode == "w":  # replacing what is there: never what the data is read from
         where = path if is_array(obj) else group
         check_replaceable(store, where, storage_options)
@@ -275,6 +335,8 @@ def to_zarr(
             commit=commit,
             path=path or "",
             creation={"shards": shards, "chunks": chunks, **creation},
+            return_stored=return_stored,
+            zarr_kwargs=zarr_array_kwargs,
         )
     if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
         raise WriteError(
