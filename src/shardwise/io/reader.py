@@ -10,9 +10,13 @@ verify read them) and kept in this process's index cache.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import dataclasses
 import math
+import multiprocessing
 import os
 import reprlib
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -326,11 +330,44 @@ class ArrayReader:
 
     # -- execution -----------------------------------------------------------------------
     def _execute(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
-
+        threads = min(read_threads(self.options.threads), len(plan.shards))
+        if threads > 1:
+            self._execute_parallel(plan, out, threads)
+            return
         fetched = self._fetch_local(plan)
         if fetched is None:
             fetched = _compat.sync(self._fetch_all(plan))
         self._place(plan, fetched, out)
+
+    def _execute_parallel(self, plan: ReadPlan, out: npt.NDArray[Any], threads: int) -> None:
+        """:meth:`_execute` on ``threads`` threads of the process's read pool, each
+        shard fetched and decoded into its own part of ``out`` by one thread (the codecs
+        release the GIL). From a local file store every thread reads its shard itself,
+        so reading one shard overlaps decoding another; from other stores every shard is
+        fetched first (the requests concurrent, as on one thread), then decoded on the
+        threads."""
+        from zarr.storage import LocalStore
+
+        def sub(i: int) -> ReadPlan:
+            return dataclasses.replace(plan, shards=(plan.shards[i],))
+
+        if type(self.store) is LocalStore:
+
+            def one(i: int) -> None:
+                part = sub(i)
+                fetched = self._fetch_local(part)
+                if fetched is None:
+                    fetched = _compat.sync(self._fetch_all(part))
+                self._place(part, fetched, out)
+
+        else:
+            everything = _compat.sync(self._fetch_all(plan))
+
+            def one(i: int) -> None:
+                self._place(sub(i), [everything[i]], out)
+
+        for _ in read_pool(threads).map(one, range(len(plan.shards))):
+            pass  # (an error in a thread is raised here)
 
     def _place(self, plan: ReadPlan, fetched: list[Fetched], out: npt.NDArray[Any]) -> None:
         """Decode the fetched inner chunks of ``plan`` into ``out``."""
@@ -666,6 +703,55 @@ class ArrayReader:
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:
     return all(isinstance(s, slice) for s in sel)
+
+
+# -- threads for reads outside dask ---------------------------------------------------------
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
+
+
+def read_threads(option: int | None) -> int:
+    """How many threads a read takes (``ReadOptions.threads``): ``option`` when given;
+    else every core this process may use when called from the main thread of a process
+    that is not a child (a script, a notebook: no dask task runs there but under dask's
+    synchronous scheduler, which runs one at a time), one elsewhere (dask's and
+    distributed's worker threads, dask's process pool: their parallelism is dask's)."""
+    if option is not None:
+        return option
+    if threading.current_thread() is not threading.main_thread():
+        return 1
+    if multiprocessing.parent_process() is not None:
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def read_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pool of read threads, at least ``threads`` strong, made on first use
+    and kept (its threads keep their scratch buffers from read to read)."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or threads > _POOL_SIZE:
+            old, _POOL = (
+                _POOL,
+                concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="shardwise-read"),
+            )
+            _POOL_SIZE = threads
+            if old is not None:
+                old.shutdown(wait=False)
+        return _POOL
+
+
+def _forget_pool() -> None:
+    """In a child made by ``fork``: the parent's threads are not there."""
+    global _POOL, _POOL_SIZE, _POOL_LOCK
+    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:

@@ -54,6 +54,12 @@ class ReadOptions:
       (:func:`index_cache`). The cache assumes shards do not change while they are being
       read; turn it off when another process rewrites the shards you read.
     - ``concurrency``: requests in flight at once per read.
+    - ``threads``: threads that fetch and decode the shards of one read outside dask
+      (``ArrayReader[...]``, xarray's ``.values``/``.load()`` of a variable opened
+      without ``chunks``). ``None`` (default): every core the process may use when the
+      read is called from the main thread of a process that is no worker (a script, a
+      notebook), one otherwise (a dask task's read stays one thread: the parallelism is
+      dask's); an int: that many.
     """
 
     coalesce_gap: int = 1 << 20
@@ -61,6 +67,7 @@ class ReadOptions:
     whole_shard_fraction: float = 0.5
     index_cache: bool = True
     concurrency: int = 64
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.coalesce_gap < 0 or self.coalesce_max < 1:
@@ -76,6 +83,10 @@ class ReadOptions:
             )
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ValueError(f"threads must be None or an int >= 1, got {self.threads!r}")
 
 
 class ByteRange(NamedTuple):
