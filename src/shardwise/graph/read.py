@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from shardwise.format.grid import DimGrid
     from shardwise.io.reader import ArrayReader
 
-__all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array"]
+__all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array", "stored_reader"]
 
 # what one dimension's chunks may be asked as
 DimChunks = int | str | tuple[int, ...] | None
@@ -478,3 +478,39 @@ def fanout_array(
     graph = HighLevelGraph(layers, deps)
     meta = np.empty((0,) * len(chunks), dtype=dtype)
     return da.Array(graph, read_name, chunks, meta=meta)
+
+
+def stored_reader(x: Any) -> tuple[ArrayReader, str | None] | None:
+    """When the dask array ``x`` is a plain read of a stored array, as
+    :func:`shardwise.from_zarr` makes it (its tasks read the array through its reader
+    itself, no index tasks, nothing computed on it since): the reader, and the key that
+    holds it (None with ``inline_array=True``: the reader is in every task); else None.
+    Every block of ``x`` then holds the values the reader reads for the block's place in
+    the array."""
+    from dask.task_spec import DataNode, Task, TaskRef
+
+    from shardwise.io.reader import ArrayReader
+
+    graph = x.__dask_graph__()
+    layers = getattr(graph, "layers", None)
+    original = f"original-{x.name}"
+    if layers is None or x.name not in layers or set(layers) - {x.name, original}:
+        return None
+    reader: Any = None
+    if original in layers:
+        value = layers[original].get(original)
+        reader = value.value if isinstance(value, DataNode) else value
+    for task in layers[x.name].values():
+        if not (isinstance(task, Task) and task.func is _compat.getter and len(task.args) == 2):
+            return None
+        src = task.args[0]
+        if original in layers:
+            if not (isinstance(src, TaskRef) and src.key == original):
+                return None
+        elif isinstance(src, ArrayReader) and (reader is None or src is reader):
+            reader = src  # inline_array=True: the reader in every task
+        else:
+            return None
+    if not isinstance(reader, ArrayReader) or tuple(reader.shape) != tuple(x.shape):
+        return None
+    return reader, (original if original in layers else None)

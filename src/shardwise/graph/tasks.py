@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from shardwise.graph.plan import Box, Shard, inside, intersect, local, split_block
+from shardwise.codecs import ShardDecoder
+from shardwise.format.grid import ChunkRead
+from shardwise.graph.plan import Box, Shard, inside, intersect, local, shard_box, split_block
 from shardwise.graph.target import WriteTarget
 from shardwise.io.icechunk import distinct
+from shardwise.io.reader import ArrayReader
 
 __all__ = [
     "Contribution",
+    "StoredBlock",
     "done",
     "encode_batch",
     "encode_block",
@@ -63,14 +67,109 @@ def _contribution(
     return encoded, pieces
 
 
+class StoredBlock:
+    """A block of a dask array that is a plain read of a stored array (as
+    :func:`shardwise.from_zarr` makes it, nothing computed on it; see
+    :func:`shardwise.graph.read.stored_reader`), not yet read: ``where`` in the array
+    ``reader`` reads. :func:`encode_block` writes each target shard it covers whose inner
+    chunks are the source's, of the same shape, straight from the stored chunks, each
+    decoded into a reused buffer and encoded again (:meth:`recode`): no block of values,
+    no copy into one and out again. Anything else reads the block (:meth:`values`)."""
+
+    __slots__ = ("reader", "where")
+
+    def __init__(self, reader: ArrayReader, where: tuple[slice, ...]) -> None:
+        self.reader = reader
+        self.where = where
+
+    def values(self) -> npt.NDArray[Any]:
+        return self.reader.read(self.where)
+
+    def recode(self, shard: Shard, target: WriteTarget) -> bool:
+        """Write the target shard ``shard`` (which the block covers whole) from the
+        stored chunks when each of its inner chunks is one stored inner chunk of the
+        same shape and data type; False, having written nothing, otherwise. What is
+        written is what encoding the block's values writes: an absent stored chunk is
+        the source's fill value, an inner chunk reaching past the array's end is padded
+        with the target's, chunks of fill value only are left out unless the write keeps
+        empty chunks."""
+        reader, info = self.reader, target.info
+        shape = info.layout.inner_shape(shard)
+        if reader.dtype != info.dtype:
+            return False
+        tbox = shard_box(info.layout, shard)
+        sbox = [(lo - o, hi - o) for (lo, hi), o in zip(tbox, target.offset, strict=True)]
+        plan = reader.info.layout.plan([slice(lo, hi) for lo, hi in sbox])
+        if not plan.basic:
+            return False
+        found: dict[Box, tuple[int, ChunkRead]] = {}
+        for i, shard_read in enumerate(plan.shards):
+            if reader.info.layout.inner_shape(shard_read.shard) != shape:
+                return False
+            for c in shard_read.chunks:
+                # (slices all: the plan is basic)
+                taken, out = cast(tuple[slice, ...], c.local), cast(tuple[slice, ...], c.out)
+                if any(s.start != 0 or (s.step or 1) != 1 for s in taken):
+                    return False
+                box = tuple(
+                    (lo + s.start, lo + s.stop) for s, (lo, _) in zip(out, tbox, strict=True)
+                )
+                found[box] = (i, c)
+        boxes = target.inner_boxes(shard)
+        steps: list[tuple[tuple[int, ...], Box, tuple[int, ChunkRead] | None]] = []
+        for inner in target.write_order(shard):
+            box = boxes[inner]
+            hit = found.pop(box, None)
+            if hit is None and all(lo < hi for lo, hi in box):
+                return False  # an inner chunk of the target that is no stored chunk
+            steps.append((inner, box, hit))
+        if found:
+            return False
+        fetched = reader.fetch_encoded(plan, transient=True)
+        builder = target.builder(shard)
+        for inner, box, hit in steps:
+            if hit is None:  # wholly past the array's end: the target's fill value
+                chunk = np.full(shape, info.fill_value, dtype=info.dtype)
+            else:
+                i, c = hit
+                chunk = self._decoded(plan.shards[i].shard, c.inner, fetched[i], shape)
+                if any(hi - lo != n for (lo, hi), n in zip(box, shape, strict=True)):
+                    chunk = target.padded(shard, chunk[c.local])
+            target.add_chunk(builder, shard, inner, chunk)
+        target.put(shard, builder.finish(target.store), existed=None)
+        return True
+
+    def _decoded(
+        self,
+        src_shard: tuple[int, ...],
+        inner: tuple[int, ...],
+        data: dict[tuple[int, ...], Any] | None,
+        shape: tuple[int, ...],
+    ) -> npt.NDArray[Any]:
+        """One stored inner chunk's values (the source's fill value where it is absent),
+        decoded into this thread's reused buffer."""
+        raw = None if data is None else data.get(inner)
+        info = self.reader.info
+        if raw is None:
+            return np.full(shape, info.fill_value, dtype=info.dtype)
+        decoder = self.reader.decoder(src_shard)
+        if isinstance(decoder, ShardDecoder):
+            return decoder.chunk.decode(raw, key=info.key(src_shard), chunk=inner, scratch=True)
+        return decoder.decode(raw, key=info.key(src_shard), chunk=src_shard, scratch=True)
+
+
 def encode_block(
-    block: npt.NDArray[Any], where: tuple[slice, ...], target: WriteTarget
+    block: npt.NDArray[Any] | StoredBlock, where: tuple[slice, ...], target: WriteTarget
 ) -> dict[Shard, Contribution]:
     """The task of one dask block (``where`` is its place in the source array): write
     the shards it covers whole right here, and return its parts of the other shards it
-    touches, for their shard tasks."""
+    touches, for their shard tasks. A :class:`StoredBlock` writes the shards it can from
+    the stored chunks, and is read for the rest."""
     box = tuple((o + s.start, o + s.stop) for o, s in zip(target.offset, where, strict=True))
     whole, gathered = split_block(target.info.layout, box)
+    if isinstance(block, StoredBlock):
+        whole = [shard for shard in whole if not block.recode(shard, target)]
+        block = block.values() if whole or gathered else np.empty((0,) * len(box))
     block = np.asarray(block, dtype=target.info.dtype)
     for shard in whole:
         # the block holds every inner chunk of the shard: encode them straight into it

@@ -64,8 +64,10 @@ from shardwise.graph.plan import (
     plan_write,
     split_dim,
 )
+from shardwise.graph.read import stored_reader
 from shardwise.graph.target import WriteTarget
 from shardwise.graph.tasks import (
+    StoredBlock,
     done,
     encode_batch,
     encode_block,
@@ -338,6 +340,40 @@ def _batch_layer(
     return layer
 
 
+def _stored_layer(
+    source: Any, stored: tuple[Any, str | None], name: str, target_graph: Any, target_key: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The encode layer (and the graph's other layers and dependencies) of a write whose
+    source is a plain read of a stored array (:func:`~shardwise.graph.read.stored_reader`:
+    its reader and the key holding it, if any): a task per block given a
+    :class:`~shardwise.graph.tasks.StoredBlock` in place of the block, so shards whose
+    inner chunks are the stored ones are written from them (decoded and encoded again,
+    chunk by chunk) and other blocks are read in the task. The read tasks are not
+    needed: only the key holding the reader, if any, stays."""
+    from dask.task_spec import Task, TaskRef
+
+    reader, reader_key = stored
+    arg: Any = reader if reader_key is None else TaskRef(reader_key)
+    starts = [[0, *itertools.accumulate(c)] for c in source.chunks]
+    layer: dict[Any, Any] = {}
+    with paused_gc():
+        for block in np.ndindex(*source.numblocks):
+            where = tuple(slice(s[i], s[i + 1]) for s, i in zip(starts, block, strict=True))
+            key = (name, *block)
+            layer[key] = Task(
+                key, encode_block, Task(None, StoredBlock, arg, where), where, TaskRef(target_key)
+            )
+    layers: dict[str, Any] = dict(target_graph.layers)
+    deps: dict[str, Any] = {k: set(v) for k, v in target_graph.dependencies.items()}
+    layers[name] = layer
+    deps[name] = {target_key}
+    if reader_key is not None:
+        layers[reader_key] = source.__dask_graph__().layers[reader_key]
+        deps[reader_key] = set()
+        deps[name].add(reader_key)
+    return layers, deps
+
+
 def store_dask_array(
     source: Any,
     store: Any,
@@ -434,7 +470,10 @@ def store_dask_array(
     target_graph = HighLevelGraph(
         {target_key: {target_key: DataNode(target_key, target)}}, {target_key: set()}
     )
-    if groups is None:  # a task per block, fused with the source's blockwise layers
+    stored = stored_reader(source) if groups is None and cut is None else None
+    if stored is not None:  # a task per block, given the stored array, not the block
+        layers, deps = _stored_layer(source, stored, names["encode"], target_graph, target_key)
+    elif groups is None:  # a task per block, fused with the source's blockwise layers
         encoded = source.map_blocks(
             encode_block,
             _compat.ArraySliceDep(source.chunks),

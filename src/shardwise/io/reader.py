@@ -449,12 +449,18 @@ class ArrayReader:
         if plan.shards:
             self._execute(plan, out)
 
-    def fetch_encoded(self, plan: ReadPlan) -> list[Fetched]:
+    def fetch_encoded(self, plan: ReadPlan, *, transient: bool = False) -> list[Fetched]:
         """The encoded inner chunks a plan touches, per shard read (None for a missing
         shard; per inner chunk its bytes, or None when it is empty), fetched as
-        :meth:`read` fetches them: no decoding."""
+        :meth:`read` fetches them: no decoding.
 
-        return _compat.sync(self._fetch_all(plan))
+        ``transient=True`` allows what :meth:`read` does with one whole shard of a local
+        file store: it is read into this thread's reused buffer, and the chunks are
+        views of it, valid only until this thread's next read."""
+        fetched = self._fetch_local(plan) if transient else None
+        if fetched is None:
+            fetched = _compat.sync(self._fetch_all(plan))
+        return fetched
 
     async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
         sem = asyncio.Semaphore(self.options.concurrency)
