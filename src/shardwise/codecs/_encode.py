@@ -52,6 +52,7 @@ class ChunkEncoder(ChunkCodec):
 
     def _prepare(self) -> None:
         self._fast = self._fast_plan()
+        self._bound = self._bound_of()
 
     def _fast_plan(self) -> tuple[list[tuple[int, ...]], np.dtype[Any], list[Any]] | None:
         import numcodecs
@@ -117,6 +118,9 @@ class ChunkEncoder(ChunkCodec):
     def bound(self) -> int | None:
         """The most bytes one encoded chunk can take, for :meth:`encode_into`; None for
         chains encoded through zarr-python (write those with :meth:`encode`)."""
+        return self._bound
+
+    def _bound_of(self) -> int | None:
         if self._fast is None:
             return None
         n = math.prod(self.shape) * self._fast[1].itemsize

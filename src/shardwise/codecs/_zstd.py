@@ -15,6 +15,7 @@ binding and its per-thread contexts.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -26,9 +27,10 @@ from shardwise.errors import WriteError
 __all__ = ["ZstdEncode", "zstd_decompress_into"]
 
 
+@functools.cache
 def _zstd_cffi() -> tuple[Any, Any] | None:
     """python-zstandard's cffi binding of libzstd (``ffi``, ``lib``), which compresses
-    into memory the caller gives; None where it cannot load (no ``cffi``)."""
+    into memory the caller gives; None where it cannot load (no ``cffi``). Loaded once."""
     try:
         from zstandard import backend_cffi
     except ImportError:  # pragma: no cover - cffi is a dependency

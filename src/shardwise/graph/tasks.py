@@ -126,36 +126,35 @@ class StoredBlock:
         if found:
             return False
         fetched = reader.fetch_encoded(plan, transient=True)
+        # per source shard: the decoder of its chunks, its key, and how errors name a chunk
+        sources = []
+        for shard_read in plan.shards:
+            decoder = reader.decoder(shard_read.shard)
+            sharded = isinstance(decoder, ShardDecoder)
+            chunk_decoder = decoder.chunk if isinstance(decoder, ShardDecoder) else decoder
+            sources.append((chunk_decoder, reader.info.key(shard_read.shard), sharded))
+        src_fill = reader.info.fill_value
+        encoder = target.encoder(shape)
         builder = target.builder(shard)
         for inner, box, hit in steps:
             if hit is None:  # wholly past the array's end: the target's fill value
                 chunk = np.full(shape, info.fill_value, dtype=info.dtype)
             else:
                 i, c = hit
-                chunk = self._decoded(plan.shards[i].shard, c.inner, fetched[i], shape)
+                data = fetched[i]
+                raw = None if data is None else data.get(c.inner)
+                if raw is None:  # not stored: the source's fill value
+                    chunk = np.full(shape, src_fill, dtype=info.dtype)
+                else:
+                    chunk_decoder, key, sharded = sources[i]
+                    where = c.inner if sharded else plan.shards[i].shard
+                    chunk = chunk_decoder.decode(raw, key=key, chunk=where, scratch=True)
                 if any(hi - lo != n for (lo, hi), n in zip(box, shape, strict=True)):
                     chunk = target.padded(shard, chunk[c.local])
-            target.add_chunk(builder, shard, inner, chunk)
+            if target.keeps(chunk):
+                builder.encode(inner, chunk, encoder)
         target.put(shard, builder.finish(target.store), existed=None)
         return True
-
-    def _decoded(
-        self,
-        src_shard: tuple[int, ...],
-        inner: tuple[int, ...],
-        data: dict[tuple[int, ...], Any] | None,
-        shape: tuple[int, ...],
-    ) -> npt.NDArray[Any]:
-        """One stored inner chunk's values (the source's fill value where it is absent),
-        decoded into this thread's reused buffer."""
-        raw = None if data is None else data.get(inner)
-        info = self.reader.info
-        if raw is None:
-            return np.full(shape, info.fill_value, dtype=info.dtype)
-        decoder = self.reader.decoder(src_shard)
-        if isinstance(decoder, ShardDecoder):
-            return decoder.chunk.decode(raw, key=info.key(src_shard), chunk=inner, scratch=True)
-        return decoder.decode(raw, key=info.key(src_shard), chunk=src_shard, scratch=True)
 
 
 def encode_block(
