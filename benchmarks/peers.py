@@ -24,8 +24,10 @@ start, imports and a cluster's start are not), rounds interleaved across methods
 
   read
     floor                  the codec work alone: every compressed inner chunk already in
-                           memory, decoded with numcodecs' Zstd into one reused buffer
-                           per thread, on every core; no I/O, no copy, no output
+                           memory, decoded into one reused buffer per thread, on every
+                           core, by the faster of numcodecs' Zstd and libzstd with a
+                           context per thread (python-zstandard's cffi binding); no
+                           I/O, no copy, no output
     decode + place         the floor, each decoded chunk then copied into its place in a
                            fresh output array: the least work a read into new memory does
     shardwise              shardwise.ArrayReader.open(path, "v")[...] (every core)
@@ -46,6 +48,10 @@ start, imports and a cluster's start are not), rounds interleaved across methods
                            reused buffer per thread, the store's level), every core
     shardwise dask         shardwise.to_zarr(shardwise.from_zarr(src, "v"), dst, same
                            shards, chunks and compressor) on dask's threads
+    shardwise dask via values
+                           the same with an identity map_blocks between read and write:
+                           each task then holds its block of values (the path of any
+                           computation, and of every such write before issue 30)
     shardwise cluster      the same on a LocalCluster of 2 worker processes x 1 thread
     zarrs                  zarr-python under zarrs' pipeline: out[...] = src[...], as
                            zarrs' own round-trip benchmark does
@@ -112,6 +118,7 @@ READ_METHODS = (
 ROUNDTRIP_METHODS = (
     "floor",
     "shardwise dask",
+    "shardwise dask via values",
     "shardwise cluster",
     "zarrs",
     "zarrs defaults",
@@ -288,14 +295,20 @@ def compressed_chunks(data: Data) -> list[list[tuple[tuple[int, ...], memoryview
 
 class Floor:
     """The codec work on every chunk, one work item per shard, on ``threads`` threads,
-    per-thread state reused: decode (numcodecs' Zstd into one buffer), optionally copy
-    each chunk into its place in ``out`` (decode + place), optionally re-encode it
-    (ZSTD_compress2 into one buffer, the round trip's floor)."""
+    per-thread state reused: decode into one buffer with ``decoder`` (``"numcodecs"``:
+    numcodecs' Zstd, which makes a decompression context per call; ``"libzstd"``:
+    ``ZSTD_decompressDCtx`` through python-zstandard's cffi binding with one context per
+    thread), optionally copy each chunk into its place in ``out`` (decode + place),
+    optionally re-encode it (``ZSTD_compress2`` into one buffer, the round trip's floor).
+    :func:`fastest_decoder` picks the decoder."""
 
-    def __init__(self, data: Data, *, place: bool = False, encode: bool = False) -> None:
+    def __init__(
+        self, data: Data, *, place: bool = False, encode: bool = False, decoder: str = "numcodecs"
+    ) -> None:
         self.data = data
         self.place = place
         self.encode = encode
+        self.decoder = decoder
         self.local = threading.local()
         self.out: np.ndarray | None = None
 
@@ -305,24 +318,33 @@ class Floor:
             import numcodecs
             from zstandard import backend_cffi
 
+            ffi, lib = backend_cffi.ffi, backend_cffi.lib
+            t.lib, t.ffi = lib, ffi
             t.buf = np.empty(self.data.chunk_nbytes, dtype=np.uint8)
             t.zstd = numcodecs.Zstd()
+            t.dctx = ffi.gc(lib.ZSTD_createDCtx(), lib.ZSTD_freeDCtx)
+            t.dbuf = ffi.from_buffer(t.buf, require_writable=True)
             if self.encode:
-                ffi, lib = backend_cffi.ffi, backend_cffi.lib
                 t.cctx = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)
                 lib.ZSTD_CCtx_setParameter(t.cctx, lib.ZSTD_c_compressionLevel, self.data.level)
                 t.enc = np.empty(lib.ZSTD_compressBound(self.data.chunk_nbytes), dtype=np.uint8)
                 t.dst = ffi.from_buffer(t.enc, require_writable=True)
-                t.lib, t.ffi = lib, ffi
         return t
 
     def _shard(self, chunks: list[tuple[tuple[int, ...], memoryview]]) -> int:
         t = self._state()
-        buf, decode = t.buf, t.zstd.decode
+        buf = t.buf
         typed = buf.view(self.data.dtype).reshape(self.data.inner)
         done = 0
+        numcodecs_decode = t.zstd.decode if self.decoder == "numcodecs" else None
+        dctx, dbuf, lib, ffi = t.dctx, t.dbuf, t.lib, t.ffi
         for start, c in chunks:
-            decode(c, out=buf)
+            if numcodecs_decode is not None:
+                numcodecs_decode(c, out=buf)
+            elif lib.ZSTD_isError(
+                lib.ZSTD_decompressDCtx(dctx, dbuf, buf.size, ffi.from_buffer(c), len(c))
+            ):
+                raise RuntimeError("zstd")
             if self.out is not None:
                 region = tuple(
                     slice(s, min(s + n, e))
@@ -330,10 +352,8 @@ class Floor:
                 )
                 self.out[region] = typed[tuple(slice(0, r.stop - r.start) for r in region)]
             if self.encode:
-                n = t.lib.ZSTD_compress2(
-                    t.cctx, t.dst, t.enc.size, t.ffi.from_buffer(buf), buf.size
-                )
-                if t.lib.ZSTD_isError(n):
+                n = lib.ZSTD_compress2(t.cctx, t.dst, t.enc.size, ffi.from_buffer(buf), buf.size)
+                if lib.ZSTD_isError(n):
                     raise RuntimeError("zstd")
             done += buf.size
         return done
@@ -343,6 +363,19 @@ class Floor:
             self.out = np.empty(self.data.shape, dtype=self.data.dtype)
         with ThreadPoolExecutor(threads) as pool:
             return sum(pool.map(self._shard, shards))
+
+
+def fastest_decoder(data: Data, shards: list[list[Any]], threads: int) -> str:
+    """The faster of the floor's two decoders on these chunks (each timed twice, decode
+    alone): the floor is the codec work with the fastest library available."""
+    best: dict[str, float] = {}
+    for decoder in ("numcodecs", "libzstd"):
+        floor = Floor(data, decoder=decoder)
+        for _ in range(2):
+            t0 = time.perf_counter()
+            floor(shards, threads)
+            best[decoder] = min(best.get(decoder, math.inf), time.perf_counter() - t0)
+    return min(best, key=best.__getitem__)
 
 
 # -- one run of one method, in a child process ---------------------------------------------
@@ -394,12 +427,14 @@ def read_once(method: str, data: Data) -> Any:
 def roundtrip_once(method: str, data: Data, dst: Path) -> None:
     """Copy ``data`` to ``dst`` (which does not exist) with ``method``."""
     src = data.path
-    if method in ("shardwise dask", "shardwise cluster"):
+    if method in ("shardwise dask", "shardwise dask via values", "shardwise cluster"):
         import zarr
 
         import shardwise
 
         x = shardwise.from_zarr(src, "v")
+        if method == "shardwise dask via values":  # a computation: a block of values per task
+            x = x.map_blocks(np.asarray, dtype=x.dtype)
         shardwise.to_zarr(
             x,
             str(dst),
@@ -515,7 +550,10 @@ def child(job: str, method: str, data: Data, ref: dict[str, Any]) -> dict[str, A
         dask.config.set(scheduler="threads")
     dst = DATA / f"peers-roundtrip-{os.getpid()}.zarr"
     shards = compressed_chunks(data) if method in ("floor", "decode + place") else []
-    floor = Floor(data, place=method == "decode + place", encode=job == "roundtrip")
+    decoder = fastest_decoder(data, shards, cores) if shards else "numcodecs"
+    floor = Floor(
+        data, place=method == "decode + place", encode=job == "roundtrip", decoder=decoder
+    )
 
     def run() -> Any:
         if method == "floor":
@@ -552,6 +590,7 @@ def child(job: str, method: str, data: Data, ref: dict[str, Any]) -> dict[str, A
             client.close()
             client.cluster.close()
     return {
+        "decoder": decoder if shards else None,
         "seconds": seconds,
         "ok": bool(ok),
         "cpu": (ours1 - ours0) / seconds,
@@ -602,7 +641,8 @@ def run_job(args: argparse.Namespace, data: Data, ref: dict[str, Any], job: str)
             if not result["ok"]:
                 raise SystemExit(f"{job} {m}: a wrong result (round {rnd})")
             results[m].append(result)
-            shown.append(f"{m} {result['seconds']:.3f}")
+            via = f" ({result['decoder']})" if result.get("decoder") else ""
+            shown.append(f"{m}{via} {result['seconds']:.3f}")
         print(f"  round {rnd}: " + ", ".join(shown), flush=True)
     med = {m: statistics.median(r["seconds"] for r in v) for m, v in results.items()}
     peers = [m for m in PEERS if m in med]
