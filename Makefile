@@ -46,6 +46,7 @@ docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/peers.py --data u2-3d,f4-2d,f4-3d
 	$(BIN)/python benchmarks/read_throughput.py
 	$(BIN)/python benchmarks/write_throughput.py
 	$(BIN)/python benchmarks/read_fanout.py
