@@ -36,6 +36,31 @@ def s3(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def s3_serialized(tmp_path_factory):
+    """moto's server with its write requests run one at a time, so that its
+    conditional puts are atomic, as S3's are (``tests/moto_serialized.py``)."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from s3server import S3Server, isolated_aws_environment
+
+    workdir = tmp_path_factory.mktemp("s3-serialized")
+    with (
+        S3Server(workdir, serialized=True) as server,
+        isolated_aws_environment(server.endpoint, workdir),
+    ):
+        yield server
+
+
+@pytest.fixture
+def serialized_bucket(s3_serialized):
+    from s3server import close_s3fs_sessions
+
+    close_s3fs_sessions()
+    yield s3_serialized.new_bucket()
+    close_s3fs_sessions()
+
+
 @pytest.fixture
 def bucket(s3):
     """A new bucket, and fresh s3fs filesystems (no listing cached from another test)."""

@@ -152,7 +152,12 @@ def close_s3fs_sessions() -> None:
 class S3Server:
     """moto's S3 server in a subprocess on 127.0.0.1; a context manager."""
 
-    def __init__(self, workdir: Path, *, startup_timeout: float = 30.0) -> None:
+    def __init__(
+        self, workdir: Path, *, startup_timeout: float = 30.0, serialized: bool = False
+    ) -> None:
+        """``serialized=True``: moto behind a lock held for each write request
+        (``tests/moto_serialized.py``), so conditional puts are atomic, as on S3."""
+        self.serialized = serialized
         self.workdir = Path(workdir)
         self.access_log = self.workdir / "access.log"
         self.recording = self.workdir / "recording.jsonl"
@@ -177,8 +182,13 @@ class S3Server:
             }
             self.recording.write_text("")
             with self.access_log.open("wb") as log:
+                server = (
+                    [str(Path(__file__).with_name("moto_serialized.py"))]
+                    if self.serialized
+                    else ["-m", "moto.server"]
+                )
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                    [sys.executable, *server, "-H", "127.0.0.1", "-p", str(self.port)],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                     env=env,

@@ -480,13 +480,24 @@ def template(path: Path) -> None:
 
 
 def region_job(
-    store: Any, version: int, region: slice, delay: float, meet: str | None = None
+    store: Any,
+    version: int,
+    region: slice,
+    delay: float,
+    meet: str | None = None,
+    independent_writers: bool | None = None,
 ) -> None:
     """A region write of rows ``region`` of the dataset of ``version``; with ``meet``,
     its first block meets the first block of the other job calling it so."""
     where = None if meet is None else (meet, region.start)
     part = slow_dataset(version, delay, where).isel(time=region)
-    shardwise.to_zarr(part, store, region={"time": region}, consolidated=False)
+    shardwise.to_zarr(
+        part,
+        store,
+        region={"time": region},
+        consolidated=False,
+        independent_writers=independent_writers,
+    )
 
 
 def run_concurrently(jobs: list[Any]) -> list[tuple[float, float]]:
@@ -608,14 +619,15 @@ def test_regions_sharing_a_shard_are_caught_before_writing(client, tmp_path):
     assert info.value.array == "v" and info.value.key == "v/c/5/0"
     assert "v/c/5/0" in str(info.value)
 
-    # the hazard, forced: both jobs read shard 5 before either writes it back
+    # the hazard, forced, with plain puts (independent_writers=False; with the default
+    # guard, see test_concurrency.py): both jobs read shard 5 before either writes it
     gate = tmp_path / "gate"
     gate.mkdir()
     store = GateStore(LocalStore(path), "v/c/5/0", str(gate))
     run_concurrently(
         [
-            lambda: region_job(store, 1, r1["time"], 0.0),
-            lambda: region_job(store, 2, r2["time"], 0.0),
+            lambda: region_job(store, 1, r1["time"], 0.0, independent_writers=False),
+            lambda: region_job(store, 2, r2["time"], 0.0, independent_writers=False),
         ]
     )
     assert len(os.listdir(gate)) == 2  # each job read shard 5 once, both before a put
@@ -657,8 +669,12 @@ def test_check_regions_sees_shared_chunks_of_zarr_v2_arrays(client, tmp_path):
     def job(region: slice, value: float) -> None:
         n = region.stop - region.start
         part = xr.Dataset({"v": (("time", "x"), np.full((n, 50), value, "f4"))})
-        shardwise.to_zarr(
-            part.chunk({"time": 100}), store, region={"time": region}, consolidated=False
+        shardwise.to_zarr(  # plain puts: the hazard (Zarr v2's merges are never guarded)
+            part.chunk({"time": 100}),
+            store,
+            region={"time": region},
+            consolidated=False,
+            independent_writers=False,
         )
 
     run_concurrently([lambda: job(r1, 1.0), lambda: job(r2, 2.0)])

@@ -233,3 +233,24 @@ def array_with_metadata(target: Any, metadata: Any) -> Any:
             metadata=metadata, store_path=target.store_path, config=target.async_array.config
         )
     )
+
+
+# object stores: conditional reads and puts (shardwise.io.conditional)
+
+
+async def s3fs_client(fs: Any, bucket: str) -> Any:
+    """The aiobotocore S3 client an s3fs filesystem sends ``bucket``'s requests with
+    (``set_session``, ``get_s3``), for ``GetObject`` with its ETag and ``PutObject``
+    with ``If-Match`` / ``If-None-Match`` and their 412/409 answers, which s3fs's own
+    calls turn into ``OSError``s without the status. s3fs 2025.1-2026.9. Public:
+    ``fs.pipe_file(..., mode="create")`` (``If-None-Match`` only; no ``If-Match``, no
+    ETag of what ``cat_file`` returned)."""
+    await fs.set_session()
+    return await fs.get_s3(bucket)
+
+
+def memory_store_dict(store: Any) -> Any:
+    """The dict behind a zarr-python ``MemoryStore`` (``_store_dict``: key -> Buffer),
+    whose objects' identities are their versions for conditional puts. zarr 3.2-3.4.
+    Public: none (``MemoryStore(store_dict=...)`` takes one in, nothing gives it out)."""
+    return store._store_dict

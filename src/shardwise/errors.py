@@ -15,6 +15,7 @@ __all__ = [
     "ArgumentError",
     "ChecksumError",
     "ChunksError",
+    "ConflictError",
     "CorruptShardError",
     "NotAZarrStoreError",
     "OverlapError",
@@ -168,6 +169,13 @@ class TooLargeError(ShardwiseError, ValueError):
     """What was asked would need memory or time in proportion to a chunk grid far
     larger than what is stored (or sizes past what 64-bit integers hold): refused
     before anything is allocated."""
+
+
+class ConflictError(ShardwiseError, OSError):
+    """Another job kept changing what this write merges into (a shard, or the
+    ``zarr.json`` of an array it appends to): every conditional put found it changed
+    since it was read, up to the retry bound. Nothing was half-written: each put is
+    whole or not made."""
 
 
 class StoreIOError(ShardwiseError, OSError):

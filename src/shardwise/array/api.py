@@ -11,17 +11,20 @@ with the fan-out graph of :mod:`shardwise.graph.read`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.array.plan import (
     GridPlan,
     appended_grid,
     axis_of,
     castable,
+    check_guardable,
     check_known_chunks,
     chunk_target,
     dask_edges,
@@ -36,9 +39,12 @@ from shardwise.array.plan import (
     without_empty_blocks,
 )
 from shardwise.array.read import from_zarr
-from shardwise.errors import ArgumentError, StoreExistsError, WriteError
+from shardwise.errors import ArgumentError, ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
+from shardwise.format.rectilinear import grid_of
+from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import finish_graph
+from shardwise.io.conditional import Conditional, Version, conditional
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
 from shardwise.io.stores import write_grid
@@ -80,6 +86,7 @@ def array_to_zarr(
     commit: str | None = None,
     return_stored: bool = False,
     zarr_kwargs: Mapping[str, Any] | None = None,
+    guarded: bool = True,
 ) -> Any:
     """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
     new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
@@ -87,7 +94,9 @@ def array_to_zarr(
     ``dimension_names``); None where not given. ``zarr_kwargs``: more of
     ``create_array``'s arguments (dask's ``**zarr_array_kwargs``), for a new array.
     ``return_stored``: return the array written, read back lazily (see
-    :func:`_stored`)."""
+    :func:`_stored`). ``guarded``: other jobs may write the array at the same time
+    (``independent_writers``): shards merged with what is stored, and the zarr.json an
+    append grows, are put only if unchanged since read."""
     import dask
 
     name = path.strip("/") or "/"
@@ -118,60 +127,100 @@ def array_to_zarr(
         raise WriteError(
             "unknown zarr_format", expected="2 or 3", found=repr(zarr_format), array=name
         )
+    # an append that other jobs may make at the same time grows the array's zarr.json
+    # only if it is unchanged since this call read it; else it reads again, and so
+    # appends after the other job's rows (see _grow_if)
+    guard = _append_guard(store, path, storage_options, mode, append_dim, session, guarded)
+    given_x = x
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
-        existing = _existing(store, path, storage_options, mode, name)
-        if existing is None:
-            if region is not None:
-                raise WriteError(
-                    "a region write needs an existing array",
-                    expected=f"a Zarr array at {name!r}",
-                    found="nothing there",
+        for attempt in range(retries()):
+            x = given_x
+            # (the version first: were zarr-python to read a newer document, the
+            # conditional put below would fail and this would run again)
+            version = None if guard is None else _metadata_version(guard)
+            existing = _existing(store, path, storage_options, mode, name)
+            if existing is None:
+                if region is not None:
+                    raise WriteError(
+                        "a region write needs an existing array",
+                        expected=f"a Zarr array at {name!r}",
+                        found="nothing there",
+                        array=name,
+                        advice="Create it first (mode='w-'), then write regions with mode='r+'.",
+                    )
+                plan = _new_array(x, name, creation["shards"], creation["chunks"], zarr_format)
+                offset: tuple[int, ...] = (0,) * x.ndim
+                fresh = True
+                arr = None
+            else:
+                given = sorted(k for k, v in creation.items() if v is not None and v != "auto")
+                if given:
+                    raise WriteError(
+                        "creation options were given for an array that exists",
+                        expected="no shards, chunks, codecs, fill value, attributes or "
+                        "dimension names when writing into an existing array",
+                        found=f"{', '.join(given)} (mode={mode!r})",
+                        array=name,
+                        key=_meta_key(path, existing),
+                        advice="Leave them out (the array keeps its own), or replace the "
+                        "array with mode='w'. Nothing was written.",
+                    )
+                x, offset, new_shape = _into_existing(x, existing, region, append_dim, name)
+                grown = _appended_grid(existing, x, append_dim, name)
+                fresh = False
+                arr = existing
+                if guarded:
+                    check_guardable(
+                        existing.store_path.store,
+                        existing,
+                        tuple((o, o + n) for o, n in zip(offset, x.shape, strict=True)),
+                        x.dtype,
+                        fresh=False,
+                        append=append_dim is not None,
+                        name=name,
+                        key=_meta_key(path, existing),
+                    )
+            if arr is None:
+                check_write_geometry(
+                    plan.edges if plan.edges is not None else plan.shards,
+                    plan.inner,
+                    x.dtype.itemsize,
                     array=name,
-                    advice="Create it first (mode='w-'), then write regions with mode='r+'.",
                 )
-            plan = _new_array(x, name, creation["shards"], creation["chunks"], zarr_format)
-            offset: tuple[int, ...] = (0,) * x.ndim
-            fresh = True
-            arr = None
+            # -- everything checked: now write metadata --------------------------------------
+            if arr is None:
+                arr = _create(
+                    store,
+                    path,
+                    x,
+                    plan,
+                    creation,
+                    zarr_format,
+                    mode,
+                    storage_options,
+                    write_empty_chunks,
+                )
+            elif new_shape != arr.shape:
+                if guard is None:
+                    arr = _grow(arr, new_shape, grown)
+                else:
+                    assert version is not None
+                    grown_arr = _grow_if(arr, new_shape, grown, guard, version)
+                    if grown_arr is None:  # another job appended first: read it again
+                        if attempt + 1 < retries():
+                            time.sleep(backoff(attempt))
+                        continue
+                    arr = grown_arr
+            break
         else:
-            given = sorted(k for k, v in creation.items() if v is not None and v != "auto")
-            if given:
-                raise WriteError(
-                    "creation options were given for an array that exists",
-                    expected="no shards, chunks, codecs, fill value, attributes or dimension "
-                    "names when writing into an existing array",
-                    found=f"{', '.join(given)} (mode={mode!r})",
-                    array=name,
-                    key=_meta_key(path, existing),
-                    advice="Leave them out (the array keeps its own), or replace the array "
-                    "with mode='w'. Nothing was written.",
-                )
-            x, offset, new_shape = _into_existing(x, existing, region, append_dim, name)
-            grown = _appended_grid(existing, x, append_dim, name)
-            fresh = False
-            arr = existing
-        if arr is None:
-            check_write_geometry(
-                plan.edges if plan.edges is not None else plan.shards,
-                plan.inner,
-                x.dtype.itemsize,
+            raise ConflictError(
+                "other jobs kept appending to the array",
+                expected="its zarr.json unchanged between reading it and growing it",
+                found=f"it changed every time, {retries()} tries",
                 array=name,
+                key=_meta_key(path, arr),
+                advice="Nothing was written. Run the append again.",
             )
-        # -- everything checked: now write metadata ------------------------------------------
-        if arr is None:
-            arr = _create(
-                store,
-                path,
-                x,
-                plan,
-                creation,
-                zarr_format,
-                mode,
-                storage_options,
-                write_empty_chunks,
-            )
-        elif new_shape != arr.shape:
-            arr = _grow(arr, new_shape, grown)
         fork = None if session is None else session.fork()
         write = data_write(
             x,
@@ -184,6 +233,7 @@ def array_to_zarr(
             shards_per_task=shards_per_task,
             encode_split=encode_split,
             fork=fork,
+            guarded=guarded,
         )
     if fork is not None:  # the delayed computes to the merged fork session
         if not compute:
@@ -690,6 +740,70 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
     dims = [f"axis {i}" for i in range(x.ndim)]
     rl.check_blocks(name, dims, x.chunks)
     return appended_grid(arr.metadata, name, dims, axis, x.chunks[axis])
+
+
+def _append_guard(
+    store: Any,
+    path: str,
+    storage_options: Any,
+    mode: str,
+    append_dim: int | None,
+    session: Any,
+    guarded: bool,
+) -> tuple[Conditional, str] | None:
+    """For an append that other jobs may make at the same time: the store's
+    conditional reads and puts, and the prefix of the array's keys in that store (its
+    metadata document is ``<prefix>zarr.json``, or ``.zarray``); None for any other
+    write (and in an Icechunk session, whose commit checks for conflicts)."""
+    if not guarded or append_dim is None or mode != "a" or session is not None:
+        return None
+    try:
+        base = store_path(store, storage_options)
+    except FileNotFoundError:
+        return None
+    guard = conditional(base.store)
+    if guard is None:
+        return None  # refused by check_guardable once the array is read, if it exists
+    where = f"{base.path}/{path}".strip("/")
+    return guard, f"{where}/" if where else ""
+
+
+def _metadata_version(guard: tuple[Conditional, str]) -> tuple[str, Version]:
+    """The key of the array's metadata document (``zarr.json``, or ``.zarray`` for Zarr
+    v2) and the version it is now."""
+    conditional_store, prefix = guard
+    key = f"{prefix}zarr.json"
+    data, version = conditional_store.get(key)
+    if data is None:
+        v2 = f"{prefix}.zarray"
+        data, v2_version = conditional_store.get(v2)
+        if data is not None:
+            return v2, v2_version
+    return key, version
+
+
+def _grow_if(
+    arr: Any,
+    new_shape: tuple[int, ...],
+    edges: list[Any] | None,
+    guard: tuple[Conditional, str],
+    version: tuple[str, Version],
+) -> Any:
+    """:func:`_grow`, the metadata document (``zarr.json``, Zarr v2's ``.zarray``) put
+    only if it is still the version read: the grown array, or None when another job
+    changed it first (nothing written)."""
+    from zarr.buffer import default_buffer_prototype
+
+    changes: dict[str, Any] = {"shape": tuple(new_shape)}
+    if edges is not None:
+        changes["chunk_grid"] = grid_of(edges)
+    metadata = _compat.replace_metadata(arr.metadata, **changes)
+    key, expected = version
+    leaf = key.rsplit("/", 1)[-1]
+    document = metadata.to_buffer_dict(default_buffer_prototype())[leaf].to_bytes()
+    if not guard[0].put(key, document, expected):
+        return None
+    return _compat.array_with_metadata(arr, metadata)
 
 
 def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:

@@ -25,7 +25,11 @@ import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.errors import ShardwiseError, WriteError
 from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
-from shardwise.graph.write import data_graph
+from shardwise.format.metadata import ArrayInfo
+from shardwise.format.v2 import array_info as v2_array_info
+from shardwise.graph.write import FIXED_KINDS, data_graph
+from shardwise.io.conditional import conditional
+from shardwise.io.icechunk import icechunk_session
 
 __all__ = [
     "GridPlan",
@@ -34,12 +38,14 @@ __all__ = [
     "appended_grid",
     "axis_of",
     "castable",
+    "check_guardable",
     "chunk_target",
     "dask_edges",
     "dask_grid",
     "data_write",
     "default_format",
     "default_mode",
+    "independent_writers",
     "no_axis",
     "padded_edges",
     "rectilinear",
@@ -222,6 +228,101 @@ def castable(new: Any, old: Any) -> bool:
     return bool(np.can_cast(new, old, casting="same_kind"))
 
 
+# -- other jobs writing the same array -------------------------------------------------------
+def independent_writers(value: bool | None) -> bool:
+    """``to_zarr``'s ``independent_writers``: None takes dask config
+    ``shardwise.independent-writers`` (default True: other jobs may write the array at
+    the same time)."""
+    if value is None:
+        import dask.config
+
+        value = dask.config.get("shardwise.independent-writers", True)
+    if not isinstance(value, bool):
+        raise WriteError(
+            "unknown independent_writers",
+            expected="True (other jobs may write the array at the same time) or False",
+            found=repr(value),
+        )
+    return value
+
+
+def cuts_shards(layout: Any, box: Sequence[tuple[int, int]]) -> bool:
+    """Whether a write of ``box`` covers some shard (or chunk of an unsharded array) in
+    part: a shard it would merge into what is stored."""
+    for dim, (lo, hi) in zip(layout.dims, box, strict=True):
+        if hi <= lo:
+            return False  # writes nothing
+        first = int(dim.shard_of(np.array([lo]))[0])
+        if dim.shard_start(first) != lo:
+            return True
+        if hi < dim.extent and dim.shard_start(int(dim.shard_of(np.array([hi]))[0])) != hi:
+            return True
+    return False
+
+
+def check_guardable(
+    store: Any,
+    target: Any,
+    box: Sequence[tuple[int, int]],
+    dtype: Any,
+    *,
+    fresh: bool,
+    append: bool,
+    name: str,
+    key: str,
+) -> None:
+    """Refuse, before anything is written, a write into an existing array that other
+    jobs may write at the same time (``independent_writers``) when it would merge into
+    shards it covers in part, or grow the array (an append), and the store or the path
+    cannot make those puts only if nothing changed since they were read: the store has
+    no conditional put (:mod:`shardwise.io.conditional`: local files, memory, S3 and
+    obstore have), or the data would be merged by ``dask.array.store`` (Zarr v2,
+    variable-length strings; their aligned appends are fine, the metadata being grown
+    with a conditional put). Arrays this write creates (``fresh``) and Icechunk sessions
+    (whose commit checks for conflicts) need no check."""
+    if fresh or icechunk_session(store) is not None:
+        return
+    try:
+        if target.metadata.zarr_format == 3:
+            layout = ArrayInfo.from_metadata(target.metadata, target.path).layout
+        else:
+            layout = v2_array_info(target.metadata, target.path).layout
+        merges = cuts_shards(layout, box)
+    except ShardwiseError:  # a type shardwise does not read (Zarr v2 bytes, say)
+        outer = target.shards or target.chunks  # (a regular grid, then)
+        merges = any(
+            lo < hi and (lo % n or (hi % n and hi < extent))
+            for (lo, hi), n, extent in zip(box, outer, target.shape, strict=True)
+        )
+    if not (append or merges):
+        return
+    what = "writes shards in part" if merges else "grows the array (an append)"
+    shard_writer = target.metadata.zarr_format == 3 and np.dtype(dtype).kind in FIXED_KINDS
+    if conditional(store) is None:
+        how = (
+            f"the store ({type(store).__name__}) has no put that is made only if the "
+            "object is unchanged"
+        )
+    elif merges and not shard_writer:
+        how = (
+            "Zarr v2 arrays and variable-length strings are written through "
+            "dask.array.store, whose puts into chunks it covers in part are plain"
+        )
+    else:
+        return
+    raise WriteError(
+        "this write could lose another job's rows",
+        expected="puts made only if nothing changed since they were read (local files, "
+        "memory, S3 or obstore stores; Zarr v3 arrays of fixed-size types)",
+        found=f"a write that {what}, into an array other jobs may write at the same time; {how}",
+        array=name,
+        key=key,
+        advice="If no other job writes this array while this one runs, pass "
+        "independent_writers=False (the last put of a shard then wins, as before). "
+        "Nothing was written.",
+    )
+
+
 # -- the data step -----------------------------------------------------------------------------
 def data_write(
     source: Any,
@@ -235,12 +336,15 @@ def data_write(
     shards_per_task: int | str | None,
     encode_split: int | str | None,
     fork: Any = None,
+    guarded: bool = False,
 ) -> Any:
     """The delayed write of the dask array ``source`` into the zarr array ``target`` at
     ``region`` (``offset``: its start): one task per shard. ``fresh``: the array was
     created by this call, so no shard of it exists yet. ``fork``: an Icechunk fork
     session to write through (the delayed then computes to the fork session holding the
-    changes, to merge into the session the fork came from)."""
+    changes, to merge into the session the fork came from). ``guarded``: other jobs may
+    write the array at the same time (shards merged with what is stored are put only if
+    unchanged since read; see :func:`shardwise.graph.tasks.write_shard`)."""
     return data_graph(
         source,
         target,
@@ -252,4 +356,5 @@ def data_write(
         shards_per_task or 1,
         encode_split,
         store=None if fork is None else fork.store,
+        guarded=guarded,
     )

@@ -165,14 +165,15 @@ class ShardBuilder:
             return
         self._record(inner, encoder.encode_into(arr, self._room(bound)))
 
-    def finish(self, store: Any) -> Any:
+    def finish(self, store: Any, *, keep_empty: bool = False) -> Any:
         """The shard as a zarr-python ``Buffer`` for ``store.set`` (None when no chunk was
-        added: an empty shard is not stored). Where the store copies the bytes out, the
+        added: an empty shard is not stored, unless ``keep_empty``, which gives a shard
+        of its index alone, every entry empty). Where the store copies the bytes out, the
         buffer is the builder's memory, valid until the thread builds its next shard."""
         from zarr.buffer import default_buffer_prototype
 
         try:
-            if not self.count:
+            if not self.count and not (keep_empty and self.fmt is not None):
                 return None
             if self.fmt is not None and self._table is not None:
                 index = np.frombuffer(self.fmt.encode(self._table), dtype=np.uint8)

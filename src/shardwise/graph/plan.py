@@ -71,7 +71,9 @@ class DimWrite:
     touches shards ``first`` to ``first + n - 1`` (``n = len(lo)``); the ``i``-th of them
     is touched by the blocks of nonzero size among ``lo[i]`` to ``hi[i] - 1``,
     ``covered[i]`` says the write covers all of it (clipped at the array's end) and
-    ``alone[i]`` that one block does."""
+    ``alone[i]`` that one block does. With ``open_end``, a shard that reaches past the
+    array's end (the last of a regular grid) is never covered: another job may grow the
+    array into it meanwhile (an append), so it is merged with what is stored."""
 
     starts: npt.NDArray[np.int64]
     first: int
@@ -81,7 +83,9 @@ class DimWrite:
     alone: npt.NDArray[np.bool_]
 
     @classmethod
-    def build(cls, grid: DimGrid, sizes: Sequence[int], offset: int) -> DimWrite:
+    def build(
+        cls, grid: DimGrid, sizes: Sequence[int], offset: int, open_end: bool = False
+    ) -> DimWrite:
         starts = np.empty(len(sizes) + 1, dtype=np.int64)
         starts[0] = offset
         np.cumsum(np.asarray(sizes, dtype=np.int64), out=starts[1:])
@@ -95,6 +99,8 @@ class DimWrite:
         lo = np.searchsorted(starts[1:], s_lo, side="right")  # first block ending past s_lo
         hi = np.searchsorted(starts[:-1], s_hi, side="left")  # blocks starting before s_hi
         covered = (s_lo >= offset) & (s_hi <= end)
+        if open_end and isinstance(grid.shards, int):
+            covered &= s_lo + grid.shards <= grid.extent
         # the block holding the shard's first element (the last of equal starts: empty
         # blocks come before it) holds all of it when it reaches the shard's end
         holder = np.clip(np.searchsorted(starts, s_lo, side="right") - 1, 0, len(sizes) - 1)
@@ -216,9 +222,14 @@ class WritePlan:
 
 
 def plan_write(
-    layout: ShardLayout, chunks: Sequence[Sequence[int]], offset: Sequence[int] | None = None
+    layout: ShardLayout,
+    chunks: Sequence[Sequence[int]],
+    offset: Sequence[int] | None = None,
+    *,
+    open_end: bool = False,
 ) -> WritePlan:
-    """Plan a write of a dask array with ``chunks`` at ``offset`` (default: the origin)."""
+    """Plan a write of a dask array with ``chunks`` at ``offset`` (default: the origin).
+    ``open_end``: other jobs may grow the array meanwhile (see :class:`DimWrite`)."""
     sizes = tuple(tuple(int(c) for c in cs) for cs in chunks)
     origin = tuple(int(o) for o in offset) if offset is not None else (0,) * layout.ndim
     if len(sizes) != layout.ndim or len(origin) != layout.ndim:
@@ -233,17 +244,21 @@ def plan_write(
                 f"length {d.extent}"
             )
     dims = tuple(
-        DimWrite.build(d, cs, o) for d, cs, o in zip(layout.dims, sizes, origin, strict=True)
+        DimWrite.build(d, cs, o, open_end)
+        for d, cs, o in zip(layout.dims, sizes, origin, strict=True)
     )
     return WritePlan(layout, sizes, origin, dims)
 
 
-def split_block(layout: ShardLayout, box: Box) -> tuple[list[Shard], list[Shard]]:
+def split_block(
+    layout: ShardLayout, box: Box, *, open_end: bool = False
+) -> tuple[list[Shard], list[Shard]]:
     """The shards a block writing ``box`` covers whole (its task writes them), and the
     other shards it touches (it hands its parts of them to their shard tasks).
 
     The same split as the plan's: a shard is covered whole by the one block holding all
-    of it (clipped at the array's end)."""
+    of it (clipped at the array's end; with ``open_end``, a shard reaching past the end
+    of a regular grid never is, see :class:`DimWrite`)."""
     per_dim = []
     for d, (lo, hi) in zip(layout.dims, box, strict=True):
         if hi <= lo:
@@ -251,7 +266,11 @@ def split_block(layout: ShardLayout, box: Box) -> tuple[list[Shard], list[Shard]
         here = []
         for s in d.shard_range(lo, hi - 1):
             start = d.shard_start(s)
-            here.append((s, lo <= start and min(start + d.shard_size(s), d.extent) <= hi))
+            end = start + d.shard_size(s)
+            if open_end and isinstance(d.shards, int) and end > d.extent:
+                here.append((s, False))
+            else:
+                here.append((s, lo <= start and min(end, d.extent) <= hi))
         per_dim.append(here)
     whole: list[Shard] = []
     gathered: list[Shard] = []

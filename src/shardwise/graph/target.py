@@ -38,6 +38,7 @@ from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under
 from shardwise.format.shard import ShardBuilder, build_shard, write_order
 from shardwise.graph.plan import Box, Shard
+from shardwise.io.conditional import Conditional, Version, conditional
 from shardwise.io.reader import ArrayReader
 
 __all__ = ["WRITE_ADVICE", "ShardSink", "WriteTarget"]
@@ -68,6 +69,7 @@ class ShardSink:
         fresh: bool = False,
         what: str = "writing a shard",
         advice: str = WRITE_ADVICE,
+        guarded: bool = False,
     ) -> None:
         self.store = store
         self.info = info
@@ -75,6 +77,10 @@ class ShardSink:
         self.fresh = fresh  # the array was just created: no shard exists yet
         self.what = what
         self.advice = advice
+        # other jobs may write the array at the same time: every put and delete goes
+        # through the store's conditional puts (shardwise.io.conditional), and shards
+        # merged with what is stored are put only if unchanged (graph.tasks.write_shard)
+        self.guarded = guarded
         self._cache: dict[Any, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -141,8 +147,45 @@ class ShardSink:
             self._put(key, buffer, existed=existed)
         return 0 if buffer is None else len(buffer)
 
+    def guard(self) -> Conditional | None:
+        """The store's conditional reads and puts (made once per process) when the write
+        guards against other jobs; None when it does not, or the store has none."""
+        if not self.guarded:
+            return None
+        if "guard" not in self._cache:
+            self._cache["guard"] = conditional(self.store)
+        guard: Conditional | None = self._cache["guard"]
+        return guard
+
+    def fetch_versioned(self, shard: Shard) -> tuple[Any, Version]:
+        """An existing shard object's bytes (None when there is none) with the version
+        they are, through the write's guard (:meth:`guard`, which must be there)."""
+        guard = self.guard()
+        assert guard is not None
+        key = self.key(shard)
+        with naming_io_errors(self.what, array=self.info.name, key=key, advice=self.advice):
+            return guard.get(key)
+
+    def put_if(self, shard: Shard, buffer: Any, expected: Version) -> bool:
+        """Store one shard only if the stored object is still ``expected`` (``ABSENT``:
+        there is none), through the write's guard; False, having stored nothing, when
+        another writer changed it."""
+        guard = self.guard()
+        assert guard is not None
+        key = self.key(shard)
+        with naming_io_errors(self.what, array=self.info.name, key=key, advice=self.advice):
+            return guard.put(key, _bytes_of(buffer), expected)
+
     def _put(self, key: str, buffer: Any, *, existed: bool | None) -> None:
         store = self.store
+        guard = self.guard()
+        if guard is not None and guard.plain_puts_here:  # ordered with conditional puts
+            if buffer is None:
+                if not self.fresh:
+                    guard.delete(key)
+            else:
+                guard.put(key, _bytes_of(buffer), None)
+            return
         direct = _sync_methods(store)
         if buffer is None:
             if self.fresh:
@@ -166,6 +209,11 @@ class ShardSink:
         if _sync_methods(self.store):
             return self.store.get_sync(key, prototype=default_buffer_prototype())
         return _compat.sync(self.store.get(key, default_buffer_prototype()))
+
+
+def _bytes_of(buffer: Any) -> memoryview:
+    """A zarr-python Buffer's bytes, without a copy."""
+    return memoryview(buffer.as_numpy_array()).cast("B")
 
 
 def _sync_methods(store: Any) -> bool:
@@ -195,8 +243,18 @@ class WriteTarget(ShardSink):
         sessions: bool = False,
         what: str = "writing a shard",
         advice: str = WRITE_ADVICE,
+        guarded: bool = False,
     ) -> None:
-        super().__init__(store, info, order=order, fresh=fresh, what=what, advice=advice)
+        super().__init__(
+            store,
+            info,
+            order=order,
+            fresh=fresh,
+            what=what,
+            advice=advice,
+            # an Icechunk fork's writes are its own until the commit, which checks them
+            guarded=guarded and not sessions,
+        )
         # an Icechunk fork's store: every writing task hands back the fork session that
         # holds its changes, for the done tree to merge
         self.sessions = sessions
@@ -219,8 +277,10 @@ class WriteTarget(ShardSink):
             )
         return self._cache[key]
 
-    def inner_boxes(self, shard: Shard) -> dict[tuple[int, ...], Box]:
-        """Each inner chunk of a shard and the part of the array it holds (clipped)."""
+    def inner_boxes(self, shard: Shard, *, clipped: bool = True) -> dict[tuple[int, ...], Box]:
+        """Each inner chunk of a shard and the part of the array it holds (clipped at
+        the array's end; with ``clipped=False``, the whole of it, as in a write that
+        guards against other jobs, which may have grown the array meanwhile)."""
         layout = self.info.layout
         per_shard = layout.chunks_per_shard(shard)
         check_chunks_per_shard(per_shard, array=self.info.name, key=self.info.key(shard))
@@ -229,7 +289,8 @@ class WriteTarget(ShardSink):
             box = []
             for d, s, j in zip(layout.dims, shard, inner, strict=True):
                 lo = d.shard_start(s) + j * d.inner_size(s)
-                box.append((lo, min(lo + d.inner_size(s), d.extent)))
+                hi = lo + d.inner_size(s)
+                box.append((lo, min(hi, d.extent) if clipped else hi))
             out[tuple(inner)] = tuple(box)
         return out
 

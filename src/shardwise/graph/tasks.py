@@ -18,26 +18,33 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
+import time
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from shardwise.codecs import ShardDecoder
+from shardwise.errors import ConflictError
 from shardwise.format.grid import ChunkRead
 from shardwise.graph.plan import Box, Shard, inside, intersect, local, shard_box, split_block
 from shardwise.graph.target import WriteTarget
+from shardwise.io.conditional import ABSENT, Version
 from shardwise.io.icechunk import distinct
 from shardwise.io.reader import ArrayReader
 
 __all__ = [
     "Contribution",
     "StoredBlock",
+    "backoff",
+    "conflicts",
     "done",
     "encode_batch",
     "encode_block",
     "merge_sessions",
     "pick",
+    "retries",
     "session_of",
     "write_shard",
 ]
@@ -55,7 +62,9 @@ def _contribution(
 ) -> Contribution:
     encoded: dict[tuple[int, ...], bytes | None] = {}
     pieces: list[tuple[tuple[int, ...], tuple[slice, ...], npt.NDArray[Any]]] = []
-    for inner, ibox in target.inner_boxes(shard).items():
+    # (guarded: an edge chunk is never whole here, another job may have grown the array
+    # into it: it is merged with what is stored, see write_shard)
+    for inner, ibox in target.inner_boxes(shard, clipped=not target.guarded).items():
         common = intersect(ibox, box)
         if common is None:
             continue
@@ -165,7 +174,7 @@ def encode_block(
     touches, for their shard tasks. A :class:`StoredBlock` writes the shards it can from
     the stored chunks, and is read for the rest."""
     box = tuple((o + s.start, o + s.stop) for o, s in zip(target.offset, where, strict=True))
-    whole, gathered = split_block(target.info.layout, box)
+    whole, gathered = split_block(target.info.layout, box, open_end=target.guarded)
     if isinstance(block, StoredBlock):
         whole = [shard for shard in whole if not block.recode(shard, target)]
         block = block.values() if whole or gathered else np.empty((0,) * len(box))
@@ -234,10 +243,16 @@ def pick(parts: dict[Shard, Contribution], shard: Shard) -> dict[Shard, Contribu
 def write_shard(
     shard: Shard, covered: bool, target: WriteTarget, *blocks: dict[Shard, Contribution]
 ) -> Any:
-    """Assemble and store one shard from the parts of the blocks touching it."""
-    info = target.info
-    region = target.region
-    key = info.key(shard)
+    """Assemble and store one shard from the parts of the blocks touching it.
+
+    A shard the write covers whole is stored as the parts make it. One it covers in part
+    is merged with the stored shard: its untouched inner chunks kept as bytes, the inner
+    chunks the write cuts decoded, merged and encoded again. When the write guards
+    against other jobs (:meth:`WriteTarget.guard`), the stored shard is read with its
+    version and the merged one put only if that is unchanged; on a conflict the shard is
+    read and merged again, after a pause that grows (with jitter) from try to try, up to
+    :func:`retries` tries, then :class:`~shardwise.errors.ConflictError`. A shard the
+    array was just created without is first put as a new object, with no read."""
     chunks: dict[tuple[int, ...], bytes | None] = {}
     pieces: dict[tuple[int, ...], list[tuple[tuple[slice, ...], npt.NDArray[Any]]]] = {}
     for parts in blocks:
@@ -246,15 +261,89 @@ def write_shard(
         for inner, where, data in raw:
             pieces.setdefault(inner, []).append((where, data))
 
-    existing: dict[tuple[int, ...], Any] = {}
-    existed: bool | None = None
-    if not covered and not target.fresh:
-        old = target.fetch(shard)
-        existed = old is not None
-        if old is not None:
-            existing = target.stored_chunks(shard, old.as_numpy_array(), key)
+    guard = None if covered else target.guard()
+    if guard is None:
+        old = None if covered or target.fresh else target.fetch(shard)
+        existed = None if covered or target.fresh else old is not None
+        blob = None if old is None else old.as_numpy_array()
+        target.put(shard, _merged(shard, target, chunks, pieces, blob), existed=existed)
+        return target.session()
 
-    boxes = target.inner_boxes(shard)
+    expected: Version | None = ABSENT if target.fresh else None
+    tries = retries()
+    for attempt in range(tries):
+        blob = None  # (a shard the array was just created without)
+        if expected is None:
+            data, expected = target.fetch_versioned(shard)
+            blob = None if data is None else np.frombuffer(data, dtype=np.uint8)
+        merged = _merged(shard, target, chunks, pieces, blob, keep_empty=not expected.absent)
+        if merged is None:  # nothing to store, and nothing stored to replace
+            return target.session()
+        if target.put_if(shard, merged, expected):
+            return target.session()
+        _CONFLICTS[0] += 1
+        expected = None
+        if attempt + 1 < tries:
+            time.sleep(backoff(attempt))
+    raise ConflictError(
+        "another job kept changing a shard this write merges into",
+        expected="the shard unchanged between reading it and putting it back merged",
+        found=f"it changed every time, {tries} tries",
+        array=target.info.name,
+        key=target.info.key(shard),
+        advice="Nothing of this shard was half-written. Run the write again (it is "
+        "idempotent), or give the jobs regions that share no shard "
+        "(shardwise.check_regions).",
+    )
+
+
+_CONFLICTS = [0]  # conditional puts of this process that found their shard changed
+
+
+def conflicts() -> int:
+    """How many conditional shard puts of this process found the shard changed by
+    another writer (and were read, merged and tried again): a figure for benchmarks."""
+    return _CONFLICTS[0]
+
+
+def retries() -> int:
+    """How many times a shard task tries a conditional put before it gives up: dask
+    config ``shardwise.write-retries`` (default 30)."""
+    import dask.config
+
+    value = dask.config.get("shardwise.write-retries", 30)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"shardwise.write-retries must be an int >= 1, got {value!r}")
+    return value
+
+
+def backoff(attempt: int) -> float:
+    """The pause after failed try ``attempt`` (from 0): a random time up to 10 ms
+    doubled per try, at most 1 s ("full jitter"), so that writers that collided do not
+    collide again in step."""
+    return random.uniform(0, min(1.0, 0.01 * 2**attempt))
+
+
+def _merged(
+    shard: Shard,
+    target: WriteTarget,
+    chunks: dict[tuple[int, ...], bytes | None],
+    pieces: dict[tuple[int, ...], list[tuple[tuple[slice, ...], npt.NDArray[Any]]]],
+    blob: Any,
+    *,
+    keep_empty: bool = False,
+) -> Any:
+    """The shard the blocks' parts make over ``blob`` (the stored shard's bytes, None
+    for none), as a Buffer to put; None when it holds no inner chunk, unless
+    ``keep_empty`` (a stored shard is there to replace: its index alone, every entry
+    empty; an unsharded chunk stored whatever it holds)."""
+    info = target.info
+    region = target.region
+    key = info.key(shard)
+    existing = {} if blob is None else target.stored_chunks(shard, blob, key)
+    # (guarded: whole inner chunks, rows past the array's end included, which another
+    # job may have grown the array into and written meanwhile)
+    boxes = target.inner_boxes(shard, clipped=not target.guarded)
     merged: dict[tuple[int, ...], npt.NDArray[Any]] = {}
     for inner, inner_pieces in pieces.items():
         ibox = boxes[inner]
@@ -268,6 +357,7 @@ def write_shard(
 
     # in the write order: chunks the blocks encoded, chunks merged here (encoded straight
     # into the shard), and existing chunks the write does not touch (kept as bytes)
+    sharded = info.sharding is not None
     builder = target.builder(shard)
     for inner in target.write_order(shard):
         if inner in chunks:
@@ -275,11 +365,13 @@ def write_shard(
             if encoded_chunk is not None:
                 builder.add(inner, encoded_chunk)
         elif inner in merged:
-            target.add_chunk(builder, shard, inner, merged[inner])
+            if keep_empty and not sharded:  # no empty object to stand for a fill chunk
+                builder.encode(inner, merged[inner], target.encoder(merged[inner].shape))
+            else:
+                target.add_chunk(builder, shard, inner, merged[inner])
         elif inner in existing and intersect(boxes[inner], region) is None:
             builder.add(inner, existing[inner])  # untouched: kept as bytes
-    target.put(shard, builder.finish(target.store), existed=existed)
-    return target.session()
+    return builder.finish(target.store, keep_empty=keep_empty)
 
 
 def done(*_: Any) -> None:

@@ -386,6 +386,7 @@ def store_dask_array(
     shards_per_task: int | str = 1,
     encode_split: int | str | None = None,
     sessions: bool = False,
+    guarded: bool = False,
 ) -> Any:
     """A ``dask.delayed`` that writes the dask array ``source`` into the Zarr v3 array
     ``info`` of ``store`` at ``offset``; it computes to None.
@@ -394,6 +395,13 @@ def store_dask_array(
     shards hands back its process's copy of the fork, and the delayed computes to one
     fork session holding all the changes (merged through the done tree), to merge into
     the session the fork came from.
+
+    ``guarded=True``: other jobs may write the array at the same time. Every put goes
+    through the store's conditional puts (:mod:`shardwise.io.conditional`), and a shard
+    the write covers in part is merged with the stored one and put only if that is
+    unchanged since it was read, read and merged again otherwise
+    (:func:`~shardwise.graph.tasks.write_shard`). Shards a block covers whole are put as
+    they are: their one owner needs no condition.
 
     One encode task per block; a shard that one block covers whole is written by that
     block's task, every other shard by a task of its own that gathers the encoded inner
@@ -419,6 +427,8 @@ def store_dask_array(
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
     per_task = _shards_per_task(shards_per_task, info)
+    # an array this write created has no other writer (and is written as before)
+    guarded = guarded and not fresh
     cut = encode_split_chunks(source.chunks, info.layout, offset, encode_split, info.dtype.itemsize)
     if cut is not None:
         source = _split_source(source, cut)
@@ -434,7 +444,7 @@ def store_dask_array(
             tuple(sum(c[a:b]) for a, b in itertools.pairwise(g))
             for g, c in zip(groups, source.chunks, strict=True)
         )
-    plan = plan_write(info.layout, chunks, offset)
+    plan = plan_write(info.layout, chunks, offset, open_end=guarded)
     # every write is its own action: two writes must never share dask keys (a store's
     # name need not say which endpoint or account it reaches, so two stores of one name
     # would otherwise get one write when computed together)
@@ -450,6 +460,7 @@ def store_dask_array(
         per_task,
         cut,
         sessions,
+        guarded,
     )
     names = {
         part: f"shardwise-{part}-{token}"
@@ -464,6 +475,7 @@ def store_dask_array(
         order=order,
         fresh=fresh,
         sessions=sessions,
+        guarded=guarded,
     )
     combine = merge_sessions if sessions else done
     target_key = names["target"]
@@ -569,6 +581,7 @@ def data_graph(
     encode_split: int | str | None = None,
     *,
     store: Any = None,
+    guarded: bool = False,
 ) -> Any:
     """The delayed write of one dask variable into its zarr array (``fresh``: created
     by this call, so no shard of it exists yet). ``store``: write through this store
@@ -588,6 +601,7 @@ def data_graph(
             shards_per_task=shards_per_task,
             encode_split=encode_split,
             sessions=store is not None,
+            guarded=guarded,
         )
     return _store_aligned(source, target, region, offset)
 

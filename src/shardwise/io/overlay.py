@@ -8,6 +8,7 @@ or shardwise would raise is raised before the real store is touched.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store
 from zarr.storage import WrapperStore
 
-__all__ = ["OverlayStore"]
+__all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore"]
 
 
 def _slice(buf: Buffer, byte_range: ByteRequest | None) -> Buffer:
@@ -185,3 +186,85 @@ class OverlayStore(WrapperStore[Store]):
     ) -> AsyncIterator[tuple[str, Buffer | None]]:
         for key, prototype, byte_range in requests:
             yield key, await self.get(key, prototype, byte_range)
+
+
+class CommitConflict(Exception):
+    """A :meth:`GuardedOverlay.commit` found its first object changed by another
+    writer: nothing was committed (plan again from what is stored now)."""
+
+
+class GuardedOverlay(OverlayStore):
+    """An :class:`OverlayStore` whose reads of the wrapped store go through a
+    :class:`~shardwise.io.conditional.Conditional` and remember the version each object
+    had, so that :meth:`commit` can put what was written only where nothing changed
+    since: an optimistic transaction over several objects (the ``zarr.json`` documents
+    a Dataset append grows; its data is written afterwards, with conditional merges)."""
+
+    def __init__(self, store: Store, guard: Any, prefix: str = "") -> None:
+        super().__init__(store)
+        self.guard = guard
+        self.prefix = prefix  # where the wrapped store's keys are, for the guard
+        self._versions: dict[str, Any] = {}
+        self._read: dict[str, bytes] = {}  # the metadata documents as read
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        if key in self._written or self._hidden(key):
+            return await super().get(key, prototype, byte_range)
+        # (the guard's calls are synchronous: off this event loop, which they may use)
+        data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
+        if key not in self._versions:
+            self._versions[key] = version
+            if data is not None and key.endswith("zarr.json"):
+                self._read[key] = bytes(data)
+        if data is None:
+            return None
+        return _slice(prototype.buffer.from_bytes(bytes(data)), byte_range)
+
+    def commit(self) -> list[str]:
+        """Put every object written here into the wrapped store, each only if it is
+        still the version read (plainly, if it was never read): the
+        ``zarr.json`` documents first, in key order, then the rest; a document written
+        back as it was read is not put. Raises :class:`CommitConflict` when the first
+        put finds its object changed (nothing was put); a later conflict, unless the
+        object now holds what this would put, raises :class:`~shardwise.errors.ConflictError` naming
+        what was put already. Returns the keys put."""
+        from shardwise.errors import ConflictError
+
+        # (documents the try read first: the first put must be a conditional one)
+        keys = sorted(
+            self._written,
+            key=lambda k: (not k.endswith("zarr.json"), k not in self._versions, k),
+        )
+        done: list[str] = []
+        for key in keys:
+            data = self._written[key].to_bytes()
+            if self._read.get(key) == data:
+                continue  # written back unchanged (xarray rewrites a group's attributes)
+            # (an object the try never read was written whole, whatever it held: a
+            # plain put; zarr-python reads what it merges into, and checks what it
+            # creates, so those are conditional)
+            expected = self._versions.get(key)
+            if self.guard.put(self.prefix + key, data, expected):
+                done.append(key)
+                continue
+            if not done:
+                raise CommitConflict(key)
+            if self.guard.get(self.prefix + key)[0] == data:
+                continue  # another job put the same document: nothing to change
+            raise ConflictError(
+                "another job changed an object of this write's metadata while it was "
+                "being committed",
+                expected="the objects unchanged since they were read",
+                found=f"{key!r} changed, after {', '.join(map(repr, done))} were written",
+                key=key,
+                advice="Another job appended at the same moment. Check the arrays' "
+                "lengths along the append dimension and run the append again.",
+            )
+        if self._deleted_prefixes:  # (an append deletes no folder)
+            raise AssertionError("a guarded commit of deleted folders")
+        for key in sorted(self._deleted_keys):
+            self.guard.delete(self.prefix + key)
+            done.append(key)
+        return done

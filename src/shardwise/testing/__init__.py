@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Self
 
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.storage import WrapperStore
+
+from shardwise.io.conditional import Conditional, Version, conditional
 
 __all__ = ["CountingStore", "LatencyStore", "Overlap", "Request", "RequestLog"]
 
@@ -154,6 +157,33 @@ class CountingStore(WrapperStore[Store]):
         self.log.add(Request("delete", key))
         super().delete_sync(key)
 
+    def __shardwise_conditional__(self) -> Conditional | None:
+        """The wrapped store's conditional reads and puts, counted here too."""
+        inner = conditional(self._store)
+        return None if inner is None else _CountedConditional(inner, self.log)
+
+
+class _CountedConditional(Conditional):
+    """A store's conditional reads and puts, each recorded in a :class:`RequestLog`."""
+
+    def __init__(self, inner: Conditional, log: RequestLog) -> None:
+        self.inner = inner
+        self.log = log
+        self.kind = inner.kind
+        self.plain_puts_here = inner.plain_puts_here
+
+    def get(self, key: str) -> tuple[Any, Version]:
+        self.log.add(Request("get", key))
+        return self.inner.get(key)
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        self.log.add(Request("set", key))
+        return self.inner.put(key, data, expected)
+
+    def delete(self, key: str) -> None:
+        self.log.add(Request("delete", key))
+        self.inner.delete(key)
+
 
 class Overlap:
     """How many requests a :class:`LatencyStore` (and the copies zarr-python makes of
@@ -199,6 +229,11 @@ class LatencyStore(WrapperStore[Store]):
 
     async def _wait(self) -> None:
         await asyncio.sleep(self.delay)
+
+    def __shardwise_conditional__(self) -> Conditional | None:
+        """The wrapped store's conditional reads and puts, each after the delay."""
+        inner = conditional(self._store)
+        return None if inner is None else _DelayedConditional(inner, self.delay)
 
     async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
         o = self.overlap
@@ -252,3 +287,25 @@ class LatencyStore(WrapperStore[Store]):
         await self._wait()
         async for key in self._store.list_dir(prefix):
             yield key
+
+
+class _DelayedConditional(Conditional):
+    """A store's conditional reads and puts, each after ``delay`` seconds."""
+
+    def __init__(self, inner: Conditional, delay: float) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.kind = inner.kind
+        self.plain_puts_here = inner.plain_puts_here
+
+    def get(self, key: str) -> tuple[Any, Version]:
+        time.sleep(self.delay)
+        return self.inner.get(key)
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        time.sleep(self.delay)
+        return self.inner.put(key, data, expected)
+
+    def delete(self, key: str) -> None:
+        time.sleep(self.delay)
+        self.inner.delete(key)

@@ -25,6 +25,7 @@ import shardwise._compat as _compat
 from shardwise.array.plan import (
     appended_grid,
     castable,
+    check_guardable,
     check_known_chunks,
     default_format,
     default_mode,
@@ -36,8 +37,10 @@ from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
+from shardwise.graph.write import FIXED_KINDS
+from shardwise.io.conditional import conditional
 from shardwise.io.open import store_path
-from shardwise.io.overlay import OverlayStore
+from shardwise.io.overlay import CommitConflict, GuardedOverlay, OverlayStore
 from shardwise.io.stores import write_grid
 from shardwise.xarray.encoding import (
     ShardSpec,
@@ -48,7 +51,14 @@ from shardwise.xarray.encoding import (
     plan_encoding,
 )
 
-__all__ = ["Capture", "grow_grids", "metadata_step", "validate"]
+__all__ = [
+    "AppendTransaction",
+    "Capture",
+    "append_transaction",
+    "grow_grids",
+    "metadata_step",
+    "validate",
+]
 
 
 # -- capturing xarray's writes -----------------------------------------------------------
@@ -58,10 +68,32 @@ class Capture:
     run nothing is written, only checked.
 
     New arrays that get a rectilinear shard grid (``grids``, by name) have it written
-    here, when xarray hands over the array it created."""
+    here, when xarray hands over the array it created.
 
-    def __init__(self, *, dry: bool, grids: Mapping[str, tuple[Any, ...]] | None = None) -> None:
+    ``guarded`` (other jobs may write the arrays at the same time): numpy data going
+    into an array that exists (``existing``, by name) and that the shard writer can
+    write (Zarr v3, fixed-size types; an appended time coordinate, say) is written
+    through ``write`` (the shard writer, at once, as xarray writes numpy data), so that
+    a shard it shares with another job's rows is merged with a conditional put rather
+    than zarr-python's plain one; a dry run keeps it as one dask chunk, to be checked
+    with the rest, and so does ``defer`` (an append's transaction, whose data is all
+    written after its metadata is committed)."""
+
+    def __init__(
+        self,
+        *,
+        dry: bool,
+        grids: Mapping[str, tuple[Any, ...]] | None = None,
+        guarded: bool = False,
+        existing: set[str] | None = None,
+        write: Any = None,
+        defer: bool = False,
+    ) -> None:
         self.dry = dry
+        self.guarded = guarded
+        self.defer = defer
+        self.existing = existing or set()
+        self.write = write
         self.grids = dict(grids or {})
         # (dask array, zarr array, region, offset of the region)
         self.items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]] = []
@@ -73,6 +105,20 @@ class Capture:
             _check_geometry(target)
         region = tuple(region) if region else (slice(None),) * len(target.shape)
         offset = _offsets(source, target, region)
+        if (
+            not _compat.is_chunked_array(source)
+            and self.guarded
+            and target.basename in self.existing
+            and _shard_written(target)
+        ):
+            import dask.array as da
+            import numpy as np
+
+            values = np.asarray(source)
+            source = da.from_array(values, chunks=values.shape or ())
+            if not self.dry and not self.defer:
+                self.write(source, target, region, offset)
+                return
         if _compat.is_chunked_array(source):
             self.items.append((source, target, region, offset))
         elif not self.dry:
@@ -88,6 +134,19 @@ class Capture:
 
     def sync(self, compute: bool = True, chunkmanager_store_kwargs: Any = None) -> None:
         return None
+
+
+def _shard_written(target: Any) -> bool:
+    """Whether the shard writer writes this zarr array's data (Zarr v3, a fixed-size
+    data type), rather than ``dask.array.store``."""
+    return target.metadata.zarr_format == 3 and target.dtype.kind in FIXED_KINDS
+
+
+def _dims(target: Any) -> tuple[Any, ...]:
+    """A zarr array's dimension names (Zarr v3's, or xarray's ``_ARRAY_DIMENSIONS``)."""
+    if target.metadata.zarr_format == 3:
+        return tuple(target.metadata.dimension_names or ())
+    return tuple(target.attrs.get("_ARRAY_DIMENSIONS", ()))
 
 
 def _check_geometry(target: Any) -> None:
@@ -251,6 +310,8 @@ def validate(
     write_order: str,
     shards_per_task: Any = None,
     encode_split: Any = None,
+    *,
+    guarded: bool = False,
 ) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
     the store. Returns the mode, the dataset and encoding to write, the names of the
@@ -345,7 +406,21 @@ def validate(
         _check_region(ds, dry, region)
     ds, encoding, grids = plan_encoding(ds, encoding, shards, chunks, existing, zarr_format)
     grow_grids(dry, ds, existing, append_dim, shards == "dask")
-    metadata_step(ds, dry, encoding, Capture(dry=True, grids=grids))
+    capture = Capture(dry=True, grids=grids, guarded=guarded, existing=existing)
+    metadata_step(ds, dry, encoding, capture)
+    if guarded:  # other jobs may write these arrays: refuse what cannot be made safe
+        base = view.store._store
+        for source, target, _, offset in capture.items:
+            check_guardable(
+                base,
+                target,
+                tuple((o, o + n) for o, n in zip(offset, source.shape, strict=True)),
+                source.dtype,
+                fresh=mode == "w" or target.basename not in existing,
+                append=append_dim is not None and append_dim in _dims(target),
+                name=target.path,
+                key=metadata_key(target.path),
+            )
     return mode, ds, encoding, existing, zarr_format, grids
 
 
@@ -397,3 +472,94 @@ def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -
             advice=f"Convert the data first (e.g. ds[{str(name)!r}].astype({str(old)!r})), "
             "or write it to a new variable.",
         )
+
+
+# -- appends that other jobs may make at the same time ---------------------------------------
+class AppendTransaction:
+    """The metadata step of a Dataset append that other jobs may make at the same
+    time, as an optimistic transaction: each try runs on a fresh copy-on-write view of
+    the store (:meth:`view`) whose reads remember the version of each object, and is
+    committed with conditional puts, the ``zarr.json`` documents first
+    (:meth:`commit`, through :class:`~shardwise.io.overlay.GuardedOverlay`). The first
+    put decides: when another job grew the first array first, nothing is put and the
+    step runs again on what is stored now, so the two appends land one after the
+    other; the data is written after the commit, into the region the commit claimed."""
+
+    def __init__(self, base: Any, guard: Any) -> None:
+        self.base = base  # the StorePath of the store
+        self.guard = guard
+
+    def view(self) -> Any:
+        """A fresh view of the store for one try."""
+        from zarr.storage import StorePath
+
+        return StorePath(GuardedOverlay(self.base.store, self.guard), self.base.path)
+
+    def commit(self, view: Any, zstore: Any, append_dim: Hashable) -> bool:
+        """Put what the try wrote; False (nothing put) when another job was first, or
+        was in the middle of its own commit when this try read the store: then the
+        arrays along ``append_dim`` have different lengths in the try's view (some
+        grown by the other job, some not yet), and committing would make that last."""
+        lengths = set()
+        for _, array in zstore.zarr_group.arrays():
+            dims = _dims(array)
+            if append_dim in dims:
+                lengths.add(array.shape[dims.index(append_dim)])
+        if len(lengths) > 1:
+            return False
+        try:
+            view.store.commit()
+        except CommitConflict:
+            return False
+        return True
+
+    def reopen(
+        self,
+        store: Any,
+        group: str | None,
+        consolidated: bool | None,
+        storage_options: Any,
+        zarr_format: int,
+        mode: str,
+        append_dim: Hashable | None,
+        items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]],
+    ) -> tuple[Any, list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]]]:
+        """After the commit: xarray's store over the real store (what ``to_zarr``
+        returns and closes, consolidating the metadata as asked), and the captured dask
+        data with its arrays opened there."""
+        zstore = _compat.get_writable_zarr_store(
+            store,
+            group=group,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            mode=mode,  # type: ignore[arg-type]
+            append_dim=append_dim,
+            safe_chunks=False,
+        )
+        found = [
+            (source, zstore.zarr_group[target.basename], region, offset)
+            for source, target, region, offset in items
+        ]
+        return zstore, found
+
+
+def append_transaction(
+    store: Any,
+    storage_options: Any,
+    mode: str | None,
+    append_dim: Hashable | None,
+    session: Any,
+    guarded: bool,
+) -> AppendTransaction | None:
+    """The transaction of a Dataset append that other jobs may make at the same time
+    (``guarded``), None for any other write: not an append, an Icechunk session (its
+    commit checks), or a store without conditional puts (refused by :func:`validate`)."""
+    if not guarded or append_dim is None or session is not None or mode not in (None, "a"):
+        return None
+    try:
+        base = store_path(store, storage_options)
+    except FileNotFoundError:
+        return None
+    guard = conditional(base.store)
+    return None if guard is None else AppendTransaction(base, guard)

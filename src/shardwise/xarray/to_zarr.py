@@ -17,6 +17,8 @@ the store untouched; and ``mode="w"`` refuses to replace a store the data is rea
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -24,14 +26,21 @@ import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.array.api import array_to_zarr, dask_call, is_array
 from shardwise.array.plan import data_write
-from shardwise.errors import ArgumentError, ShardwiseError, WriteError
-from shardwise.graph.tasks import merge_sessions
+from shardwise.array.plan import independent_writers as plan_independent_writers
+from shardwise.errors import ArgumentError, ConflictError, ShardwiseError, WriteError
+from shardwise.graph.tasks import backoff, merge_sessions, retries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
 from shardwise.io.reader import ArrayReader
 from shardwise.io.stores import check_apart, check_replaceable, location
 from shardwise.xarray.encoding import ShardSpec, SizeSpec
-from shardwise.xarray.metadata_step import Capture, grow_grids, metadata_step, validate
+from shardwise.xarray.metadata_step import (
+    Capture,
+    append_transaction,
+    grow_grids,
+    metadata_step,
+    validate,
+)
 
 __all__ = ["to_zarr"]
 
@@ -196,6 +205,7 @@ def to_zarr(
     component: str | None = None,
     return_stored: bool = False,
     overwrite: bool | None = None,
+    independent_writers: bool | None = None,
     **zarr_array_kwargs: Any,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
@@ -238,6 +248,17 @@ def to_zarr(
         ``"auto"``: only when the shards written are fewer than the threads, into about
         threads / shards parts of at least 8 MiB. ``1``: never. ``None`` (default):
         dask config ``shardwise.encode-split``, itself ``"auto"`` by default.
+    independent_writers
+        Whether other jobs (scripts, clusters, pods) may write the same arrays while
+        this one runs. ``True`` (the default, or dask config
+        ``shardwise.independent-writers``): a shard this write covers in part is merged
+        with the stored one and put only if that is unchanged since it was read, else
+        read and merged again (optimistic concurrency); an append grows the array's
+        metadata the same way. Shards a task covers whole are put as they are. Where
+        the store has no such put (``ZipStore``, fsspec file systems other than S3) or
+        the array is written through ``dask.array.store`` (Zarr v2, variable-length
+        strings), a write that would merge into an existing array is refused. ``False``:
+        this job is the only writer; plain puts, the last one wins.
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
@@ -279,6 +300,7 @@ def to_zarr(
     """
     import dask
 
+    guarded = plan_independent_writers(independent_writers)
     if is_array(obj):  # dask's spelling: component=, overwrite=, a zarr.Array target
         store, path, mode, zarr_array_kwargs = dask_call(
             store, path, component, mode, overwrite, storage_options, zarr_array_kwargs
@@ -337,6 +359,7 @@ def to_zarr(
             creation={"shards": shards, "chunks": chunks, **creation},
             return_stored=return_stored,
             zarr_kwargs=zarr_array_kwargs,
+            guarded=guarded,
         )
     if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
         raise WriteError(
@@ -380,6 +403,7 @@ def to_zarr(
             write_order=write_order,
             shards_per_task=shards_per_task,
             encode_split=encode_split,
+            independent_writers=guarded,
         )
     ds = _as_dataset(obj)
     encoding = dict(encoding or {})
@@ -390,49 +414,95 @@ def to_zarr(
     if session is not None:
         check_dataset(ds, session, compute=compute, commit=commit, zarr_format=zarr_format)
         store = session.store
+    # an append that other jobs may make at the same time: its metadata step runs on a
+    # copy-on-write view of the store and is committed with conditional puts (see
+    # _append_transaction); when another job committed first, it runs again
+    txn = append_transaction(store, storage_options, mode, append_dim, session, guarded)
+    as_given = (ds, encoding, mode)
     with rl.enabled():  # zarr-python's flag, for this call only
-        try:
-            mode, ds, encoding, existing, zarr_format, grids = validate(
-                ds,
-                store,
-                mode,
-                group,
-                encoding,
-                append_dim,
-                region,
-                storage_options,
-                zarr_format,
-                shards,
-                chunks,
-                write_order,
-                shards_per_task,
-                encode_split,
-            )
-        except ShardwiseError:
-            raise
-        except ValueError as e:
-            raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
+        for attempt in range(retries() if txn is not None else 1):
+            ds, encoding, mode = as_given
+            try:
+                mode, ds, encoding, existing, zarr_format, grids = validate(
+                    ds,
+                    store,
+                    mode,
+                    group,
+                    encoding,
+                    append_dim,
+                    region,
+                    storage_options,
+                    zarr_format,
+                    shards,
+                    chunks,
+                    write_order,
+                    shards_per_task,
+                    encode_split,
+                    guarded=guarded,
+                )
+            except ShardwiseError:
+                raise
+            except ValueError as e:
+                raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
 
-        # the real metadata step (numpy data is written here, as xarray does)
-        zstore = _compat.get_writable_zarr_store(
-            store,
-            group=group,
-            consolidated=consolidated,
-            storage_options=storage_options,
-            zarr_format=zarr_format,
-            write_empty_chunks=write_empty_chunks,
-            mode=mode,  # type: ignore[arg-type]
-            append_dim=append_dim,
-            region=region,
-            safe_chunks=False,
-        )
-        try:
-            grow_grids(zstore, ds, existing, append_dim, shards == "dask")
-            capture = Capture(dry=False, grids=grids)
-            metadata_step(ds, zstore, encoding, capture)
-        except BaseException:
-            zstore.close()
-            raise
+            # the real metadata step (numpy data is written here, as xarray does)
+            overlay = None if txn is None else txn.view()
+            zstore = _compat.get_writable_zarr_store(
+                store if overlay is None else overlay,
+                group=group,
+                consolidated=consolidated,
+                storage_options=storage_options if overlay is None else None,
+                zarr_format=zarr_format,
+                write_empty_chunks=write_empty_chunks,
+                mode=mode,  # type: ignore[arg-type]
+                append_dim=append_dim,
+                region=region,
+                safe_chunks=False,
+            )
+            try:
+                grow_grids(zstore, ds, existing, append_dim, shards == "dask")
+                capture = Capture(
+                    dry=False,
+                    grids=grids,
+                    # numpy data into existing arrays through the shard writer's
+                    # conditional puts (an Icechunk session's commit checks for conflicts
+                    # itself; an append's is written with its dask data, after the commit)
+                    guarded=guarded and session is None,
+                    existing=existing,
+                    defer=txn is not None,
+                    write=functools.partial(
+                        _write_now, write_empty_chunks=write_empty_chunks, order=write_order
+                    ),
+                )
+                metadata_step(ds, zstore, encoding, capture)
+            except BaseException:
+                if overlay is None:  # (a view is not closed: that would close the store)
+                    zstore.close()
+                raise
+            if txn is None:
+                break
+            if txn.commit(overlay, zstore, append_dim):  # stored: the data goes there too
+                zstore, capture.items = txn.reopen(
+                    store,
+                    group,
+                    consolidated,
+                    storage_options,
+                    zarr_format,
+                    mode,
+                    append_dim,
+                    capture.items,
+                )
+                break
+            if attempt + 1 < retries():
+                time.sleep(backoff(attempt))  # another job appended first: plan again
+        else:
+            raise ConflictError(
+                "other jobs kept appending to the dataset",
+                expected="its metadata unchanged between reading it and growing it",
+                found=f"it changed every time, {retries()} tries",
+                key=group or "/",
+                advice="Nothing was written. Run the append again.",
+            )
 
     # the data step: one graph for all dask variables (into an Icechunk session's fork)
     fork = session.fork() if session is not None and capture.items else None
@@ -451,6 +521,7 @@ def to_zarr(
                 shards_per_task=shards_per_task,
                 encode_split=encode_split,
                 fork=fork,
+                guarded=guarded,
             )
         )
     if not compute:
@@ -528,6 +599,35 @@ def _tree_to_zarr(
         return writes[0] if len(writes) == 1 else dask.delayed(list)(writes)
     assert stores is not None
     return stores[0]
+
+
+def _write_now(
+    source: Any,
+    target: Any,
+    region: tuple[slice, ...],
+    offset: tuple[int, ...],
+    *,
+    write_empty_chunks: bool | None,
+    order: str,
+) -> None:
+    """Write numpy data into an existing array now, through the shard writer with
+    conditional puts (see :class:`~shardwise.xarray.metadata_step.Capture`), on this
+    thread."""
+    import dask
+
+    write = data_write(
+        source,
+        target,
+        region,
+        offset,
+        write_empty_chunks=write_empty_chunks,
+        order=order,
+        fresh=False,
+        shards_per_task=None,
+        encode_split=1,
+        guarded=True,
+    )
+    dask.compute(write, scheduler="sync")
 
 
 def _finish(zstore: Any, *writes: Any) -> Any:

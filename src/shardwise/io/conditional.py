@@ -1,0 +1,407 @@
+"""Conditional puts: store an object only if it is still the version that was read.
+
+Independent jobs (two scripts, two clusters, pods each writing its own region) that
+merge their rows into one shard each read the shard, merge and put it back; with plain
+puts the last one wins and the other's rows are lost. With a conditional put the second
+finds the shard changed, reads it again and merges again (optimistic concurrency, as
+tensorstore does). :func:`conditional` gives a store's way of doing it, per kind:
+
+- **Local file systems** (zarr-python's ``LocalStore``, obstore's ``LocalStore``): an
+  object's version is its inode, size and change times, taken from the open file it is
+  read through; the file stays open until the put that compares with it (or until the
+  version is dropped), so that its inode cannot be reused by another file meanwhile
+  and a replaced object can never look unchanged. A put writes a temporary file beside the object, then, holding an
+  exclusive ``flock`` on the object's directory only for the comparison and the rename,
+  replaces the object if its version is unchanged. Two processes cannot both win:
+  every put shardwise makes takes the lock (plain puts too, in a write that guards
+  against other jobs), and the rename is atomic, as before. The lock is the kernel's:
+  a process that dies holding it releases it.
+- **In memory** (zarr-python's ``MemoryStore``): the object itself is its version,
+  compared by identity under a process-wide lock.
+- **S3 and S3-compatible stores** through s3fs (zarr-python's ``FsspecStore``): the
+  ETag of the ``GetObject`` response that returned the bytes, and ``PutObject`` with
+  ``If-Match: <etag>``, or ``If-None-Match: *`` to create an object that must not
+  exist; HTTP 412 (precondition failed) or 409 (a conditional request in progress)
+  means another writer won.
+- **obstore** stores (zarr-python's ``ObjectStore``: S3, GCS, Azure, memory): the
+  ``e_tag`` and ``version`` the get returned, and obstore's put modes (an update
+  version, or ``"create"``).
+
+Other stores (``ZipStore``, fsspec file systems other than S3, wrappers) have no such
+put: :func:`conditional` returns None and the writer refuses what needs one. A store
+class may give its own by defining ``__shardwise_conditional__(self)``, returning a
+:class:`Conditional` (or None): a wrapper store that passes keys and bytes through
+unchanged can return its wrapped store's, as ``shardwise.testing.CountingStore`` does.
+Icechunk sessions are not handled here: a session's writes are private to it until
+its commit, which Icechunk checks for conflicts itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import shardwise._compat as _compat
+
+__all__ = ["ABSENT", "Conditional", "Version", "conditional"]
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One state of an object as it was read: ``tag`` says which (an ETag, a file's
+    identity, the object itself), ``None`` that there was no object."""
+
+    tag: Any = None
+    # what keeps the version meaningful while it is held (a local file kept open, so
+    # that its inode is not reused); not part of the comparison
+    pin: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def absent(self) -> bool:
+        return self.tag is None
+
+
+ABSENT = Version()
+
+
+class Conditional:
+    """A store's conditional reads and puts (see the module's description).
+
+    :meth:`get` returns an object's bytes with the version they are; :meth:`put` stores
+    bytes if the object is still ``expected`` (``ABSENT``: there is none) and says
+    whether it did, or stores them whatever is there with ``expected=None``. Neither
+    raises on a conflict; store errors propagate."""
+
+    kind = ""
+    # whether plain puts and deletes of a guarded write must go through :meth:`put` and
+    # :meth:`delete` too, to be ordered with the conditional ones (a local directory's
+    # lock, memory's): False where the server orders every request itself (S3)
+    plain_puts_here = False
+
+    def get(self, key: str) -> tuple[bytes | memoryview | None, Version]:
+        raise NotImplementedError
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Delete an object whatever version it is (nothing when there is none)."""
+        raise NotImplementedError
+
+
+def conditional(store: Any) -> Conditional | None:
+    """The conditional reads and puts of a zarr-python store, or None when it has none
+    (see the module's description)."""
+    from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+    hook = getattr(type(store), "__shardwise_conditional__", None)
+    if hook is not None:
+        given: Conditional | None = hook(store)
+        return given
+    if type(store) is LocalStore:
+        return _Local(Path(store.root))
+    if type(store) is MemoryStore:
+        return _Memory(store)
+    if type(store) is FsspecStore:
+        fs = store.fs
+        if type(fs).__name__ == "S3FileSystem" and getattr(fs, "asynchronous", False):
+            return _S3fs(store)
+        return None
+    obstore = _obstore_of(store)
+    if obstore is not None:
+        local = _obstore_local_root(obstore)
+        if local is not None:
+            return _Local(local)
+        return _Obstore(obstore)
+    return None
+
+
+# -- local file systems ----------------------------------------------------------------------
+def _file_version(st: os.stat_result) -> Version:
+    return Version(("file", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``directory`` for the block (the kernel releases it if
+    the process dies)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
+
+
+class _Pin:
+    """An open file descriptor, closed by :meth:`close` or when dropped."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Local(Conditional):
+    kind = "local file system"
+    plain_puts_here = True
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get(self, key: str) -> tuple[bytes | None, Version]:
+        try:
+            fd = os.open(self.root / key, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, ABSENT
+        pin = _Pin(fd)  # (closes the file when dropped, if no put did)
+        st = os.fstat(fd)
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+        # (the file stays open with the version: see the module's description)
+        return data, Version(_file_version(st).tag, pin=pin)
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(memoryview(data).cast("B") if not isinstance(data, bytes) else data)
+            with _locked(path.parent):
+                if expected is not None and self._version(path) != expected:
+                    return False
+                os.replace(tmp, path)
+                return True
+        finally:
+            tmp.unlink(missing_ok=True)
+            if expected is not None and expected.pin is not None:
+                expected.pin.close()
+
+    def delete(self, key: str) -> None:
+        path = self.root / key
+        if not path.parent.is_dir():
+            return
+        with _locked(path.parent):
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _version(path: Path) -> Version:
+        try:
+            return _file_version(os.stat(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return ABSENT
+
+
+# -- memory ------------------------------------------------------------------------------------
+_MEMORY_LOCK = threading.Lock()
+
+
+class _Memory(Conditional):
+    kind = "memory"
+    plain_puts_here = True
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get(self, key: str) -> tuple[memoryview | None, Version]:
+        with _MEMORY_LOCK:
+            buf = _compat.memory_store_dict(self.store).get(key)
+        if buf is None:
+            return None, ABSENT
+        return memoryview(buf.as_numpy_array()).cast("B"), Version(("memory", buf))
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        from zarr.buffer import default_buffer_prototype
+
+        buf = default_buffer_prototype().buffer.from_bytes(bytes(memoryview(data).cast("B")))
+        with _MEMORY_LOCK:
+            current = _compat.memory_store_dict(self.store).get(key)
+            if expected is not None:
+                if expected.absent and current is not None:
+                    return False
+                if not expected.absent and current is not expected.tag[1]:
+                    return False
+            _compat.memory_store_dict(self.store)[key] = buf
+            return True
+
+    def delete(self, key: str) -> None:
+        with _MEMORY_LOCK:
+            _compat.memory_store_dict(self.store).pop(key, None)
+
+
+# -- S3 through s3fs ---------------------------------------------------------------------------
+_CONFLICT_STATUSES = (409, 412)
+
+
+def _is_conflict(error: BaseException, update: bool) -> bool:
+    """Whether a botocore error is a failed precondition (412), a conditional request
+    conflicting with another in progress (409), or (``update``: a put with ``If-Match``)
+    the object gone since it was read (404 ``NoSuchKey``)."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return False
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = response.get("Error", {}).get("Code")
+    if update and (status == 404 or code == "NoSuchKey"):
+        return True
+    return status in _CONFLICT_STATUSES or code in (
+        "PreconditionFailed",
+        "ConditionalRequestConflict",
+    )
+
+
+class _S3fs(Conditional):
+    kind = "S3 (s3fs)"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.fs = store.fs
+
+    def _where(self, key: str) -> tuple[str, str]:
+        path = f"{self.store.path.rstrip('/')}/{key}" if self.store.path else key
+        bucket, _, obj = path.partition("/")
+        return bucket, obj
+
+    def get(self, key: str) -> tuple[bytes | None, Version]:
+        return _compat.sync(self._get(key))
+
+    async def _get(self, key: str) -> tuple[bytes | None, Version]:
+        from botocore.exceptions import ClientError
+
+        bucket, obj = self._where(key)
+        client = await _compat.s3fs_client(self.fs, bucket)
+        try:
+            response = await client.get_object(Bucket=bucket, Key=obj)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None, ABSENT
+            raise
+        async with response["Body"] as body:
+            data = await body.read()
+        return data, Version(("etag", response["ETag"]))
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        return _compat.sync(self._put(key, data, expected))
+
+    async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
+        from botocore.exceptions import ClientError
+
+        bucket, obj = self._where(key)
+        client = await _compat.s3fs_client(self.fs, bucket)
+        condition: dict[str, str] = {}
+        if expected is not None:
+            condition = {"IfNoneMatch": "*"} if expected.absent else {"IfMatch": expected.tag[1]}
+        body = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+        try:
+            await client.put_object(Bucket=bucket, Key=obj, Body=body, **condition)
+        except ClientError as e:
+            if condition and _is_conflict(e, update="IfMatch" in condition):
+                return False
+            raise
+        finally:
+            self.fs.invalidate_cache(f"{bucket}/{obj}")
+        return True
+
+    def delete(self, key: str) -> None:
+        _compat.sync(self._delete(key))
+
+    async def _delete(self, key: str) -> None:
+        bucket, obj = self._where(key)
+        client = await _compat.s3fs_client(self.fs, bucket)
+        try:
+            await client.delete_object(Bucket=bucket, Key=obj)
+        finally:
+            self.fs.invalidate_cache(f"{bucket}/{obj}")
+
+
+# -- obstore -----------------------------------------------------------------------------------
+def _obstore_of(store: Any) -> Any:
+    """The obstore store a zarr-python ``ObjectStore`` wraps (None for other stores)."""
+    if type(store).__name__ != "ObjectStore" or not hasattr(store, "store"):
+        return None
+    return store.store
+
+
+def _obstore_local_root(obstore: Any) -> Path | None:
+    """The directory of an obstore ``LocalStore`` (None for other obstore stores):
+    obstore's local store has no versioned put, so its files are handled as local
+    files."""
+    if type(obstore).__name__ != "LocalStore":
+        return None
+    prefix = getattr(obstore, "prefix", None)
+    return None if prefix is None else Path(str(prefix))
+
+
+class _Obstore(Conditional):
+    kind = "obstore"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get(self, key: str) -> tuple[bytes | None, Version]:
+        return _compat.sync(self._get(key))
+
+    async def _get(self, key: str) -> tuple[bytes | None, Version]:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            result = await obstore.get_async(self.store, key)
+        except (NotFoundError, FileNotFoundError):
+            return None, ABSENT
+        meta = result.meta
+        data = await result.bytes_async()
+        return bytes(data), Version(("obstore", meta.get("e_tag"), meta.get("version")))
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        return _compat.sync(self._put(key, data, expected))
+
+    async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+
+        mode: Any = "overwrite"
+        if expected is not None:
+            if expected.absent:
+                mode = "create"
+            else:  # (obstore takes no None for either)
+                _, e_tag, version = expected.tag
+                mode = {"e_tag": e_tag} if version is None else {"e_tag": e_tag, "version": version}
+        body = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+        try:
+            await obstore.put_async(self.store, key, body, mode=mode)
+        except (AlreadyExistsError, PreconditionError, FileExistsError):
+            if expected is None:
+                raise
+            return False
+        except (NotFoundError, FileNotFoundError):  # gone since it was read
+            if expected is None or expected.absent:
+                raise
+            return False
+        return True
+
+    def delete(self, key: str) -> None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        async def delete() -> None:  # (obstore's call needs the running loop)
+            await obstore.delete_async(self.store, key)
+
+        with contextlib.suppress(NotFoundError, FileNotFoundError):
+            _compat.sync(delete())

@@ -1,0 +1,462 @@
+"""Independent jobs writing one array at the same time (optimistic concurrency).
+
+Every job here is a real process of its own (``concurrency_worker.py``), started at the
+same time as the others, with no coordination between them: region writes whose
+regions share shards, appends racing each other (dask arrays and Datasets), a job
+killed while it writes. The final array must hold what every job wrote, on a local
+store and on S3 (moto's server with its writes serialized, so that its conditional
+puts are atomic as S3's are: see ``moto_serialized.py``; plain moto's are not, as
+``benchmarks/moto_atomicity.py`` counts).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import shardwise
+from shardwise import ConflictError, WriteError
+
+WORKER = Path(__file__).with_name("concurrency_worker.py")
+SHAPE = (400, 30)  # 40 regions of 10 rows; shards of 100 rows, inner chunks of 20
+REGION_ROWS = 10
+
+
+def start(cfg: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_all(cfgs: list[dict], timeout: float = 300) -> list[dict]:
+    """Start every job at once; each must exit 0."""
+    procs = [start(c) for c in cfgs]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        assert p.returncode == 0, stderr[-4000:]
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def expected_regions(rounds: int) -> np.ndarray:
+    from concurrency_worker import value
+
+    return value(rounds - 1, range(SHAPE[0]), SHAPE[1])
+
+
+def new_array(store, **kw):
+    return shardwise.to_zarr(
+        da.zeros(SHAPE, chunks=(100, SHAPE[1])),
+        store,
+        path="v",
+        shards=(100, SHAPE[1]),
+        chunks=(20, SHAPE[1]),
+        **kw,
+    )
+
+
+def jobs(store, job, nprocs, rounds, rows, **extra):
+    return [
+        {
+            "store": store,
+            "job": job,
+            "proc": p,
+            "nprocs": nprocs,
+            "rounds": rounds,
+            "rows": rows,
+            "shape": list(SHAPE),
+            **extra,
+        }
+        for p in range(nprocs)
+    ]
+
+
+# -- region writes ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_region_writes_sharing_shards_lose_nothing_locally(tmp_path):
+    """The issue's case: 4 processes, interleaved 10-row regions of a 400-row array in
+    100-row shards (every shard written by all 4), 3 rounds each."""
+    store = str(tmp_path / "a.zarr")
+    new_array(store)
+    run_all(jobs(store, "regions", 4, 3, REGION_ROWS))
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[...], expected_regions(3))
+    assert not list(Path(store).rglob("*.partial"))  # no temporary file left behind
+
+
+@pytest.mark.slow
+def test_region_writes_sharing_shards_lose_nothing_on_s3(s3_serialized, serialized_bucket):
+    url = f"s3://{serialized_bucket}/a.zarr"
+    so = s3_serialized.storage_options()
+    new_array(url, storage_options=so)
+    run_all(jobs(url, "regions", 4, 2, REGION_ROWS, storage_options=so))
+    got = zarr.open_array(url, path="v", storage_options=so)[...]
+    np.testing.assert_array_equal(got, expected_regions(2))
+
+
+# -- appends -----------------------------------------------------------------------------------
+def check_appended(v: np.ndarray, nprocs: int, rounds: int, rows: int) -> None:
+    """Every append landed whole, once, in one piece: ``nprocs * rounds`` blocks of
+    ``rows`` rows, each tagged by who appended it and when."""
+    assert v.shape == (nprocs * rounds * rows, SHAPE[1])
+    tags = v[::rows, 0]
+    assert sorted(tags.tolist()) == sorted(
+        p * 1000 + r for p in range(nprocs) for r in range(rounds)
+    )
+    for k, tag in enumerate(tags):
+        block = v[k * rows : (k + 1) * rows]
+        np.testing.assert_array_equal(block[:, 0], tag)
+        np.testing.assert_array_equal(block[:, 1], np.arange(rows))
+    for p in range(nprocs):  # one process's appends land in its own order
+        mine = [t for t in tags if t // 1000 == p]
+        assert mine == sorted(mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_appends_racing_each_other_all_land(tmp_path, where, request):
+    nprocs, rounds, rows = 4, 3, 7  # 7 rows: appends cut shards of 100
+    if where == "local":
+        store, so = str(tmp_path / "a.zarr"), None
+    else:
+        server = request.getfixturevalue("s3_serialized")
+        store = f"s3://{request.getfixturevalue('serialized_bucket')}/a.zarr"
+        so = server.storage_options()
+    shardwise.to_zarr(
+        da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
+        store,
+        path="v",
+        shards=(100, SHAPE[1]),
+        chunks=(20, SHAPE[1]),
+        storage_options=so,
+    )
+    run_all(jobs(store, "append", nprocs, rounds, rows, storage_options=so))
+    check_appended(zarr.open_array(store, path="v", storage_options=so)[...], nprocs, rounds, rows)
+
+
+def test_appends_racing_into_a_rectilinear_grid_all_land(tmp_path):
+    """An array whose shards are its dask chunks (a rectilinear grid): each append adds
+    its rows as a shard of their own, and grows the grid in zarr.json with the shape;
+    racing appends must each add their shard once, in one piece."""
+    store = str(tmp_path / "r.zarr")
+    shardwise.to_zarr(
+        da.zeros((21, SHAPE[1]), chunks=((7, 14), (SHAPE[1],))),
+        store,
+        path="v",
+        chunks=(7, SHAPE[1]),
+    )
+    grid = json.loads((Path(store) / "v" / "zarr.json").read_text())["chunk_grid"]
+    assert grid["name"] == "rectilinear"
+    nprocs, rounds, rows = 3, 2, 7
+    run_all(jobs(store, "append", nprocs, rounds, rows))
+    v = shardwise.ArrayReader.open(store, "v")[...]
+    check_appended(v[21:], nprocs, rounds, rows)
+    meta = json.loads((Path(store) / "v" / "zarr.json").read_text())
+    assert meta["shape"][0] == 21 + nprocs * rounds * rows
+    assert shardwise.verify(store).ok
+
+
+@pytest.mark.slow
+def test_dataset_appends_racing_each_other_all_land(tmp_path):
+    nprocs, rounds, rows = 3, 3, 7
+    store = str(tmp_path / "d.zarr")
+    first = xr.Dataset(
+        {"v": (("time", "x"), da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])))},
+        coords={"time": np.zeros(0, dtype="i8")},
+    )
+    shardwise.to_zarr(
+        first,
+        store,
+        consolidated=False,
+        encoding={"v": {"shards": (100, SHAPE[1]), "chunks": (20, SHAPE[1])}},
+    )
+    run_all(jobs(store, "append-dataset", nprocs, rounds, rows))
+    ds = xr.open_dataset(store, engine="shardwise", consolidated=False).load()
+    v = ds.v.values
+    check_appended(v, nprocs, rounds, rows)
+    # the time coordinate was appended with its data
+    np.testing.assert_array_equal(ds.time.values, v[:, 0].astype("i8") * 1000 + v[:, 1])
+
+
+# -- a writer killed while it writes --------------------------------------------------------------
+@pytest.mark.slow
+def test_a_killed_writer_leaves_no_torn_shard_and_loses_no_neighbour(tmp_path):
+    store = str(tmp_path / "a.zarr")
+    new_array(store)
+    rounds = 6
+    cfgs = jobs(store, "regions", 4, rounds, REGION_ROWS)
+    victim_cfg = {**cfgs[3], "rounds": 1000}  # writes until it is killed
+    procs = [start(c) for c in cfgs[:3]]
+    victim = start(victim_cfg)
+    time.sleep(2.0)  # well into its writes (and retries: 4 writers on every shard)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL  # killed, not finished
+    for p in procs:
+        _, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0, stderr[-4000:]
+    # every shard reads back whole, checksums and all
+    report = shardwise.verify(store)
+    assert report.ok, report
+    got = zarr.open_array(store, path="v")[...]
+    want = expected_regions(rounds)
+    for region in range(SHAPE[0] // REGION_ROWS):
+        rows = slice(region * REGION_ROWS, (region + 1) * REGION_ROWS)
+        if region % 4 != 3:  # the survivors' rows: their last round, all of them
+            np.testing.assert_array_equal(got[rows], want[rows])
+        else:  # the victim's: one whole round's values, or still the zeros
+            from concurrency_worker import value
+
+            rnd = got[rows.start, 0] // 1e6 - 1
+            fill = (
+                np.zeros_like(got[rows])
+                if rnd < 0
+                else value(int(rnd), range(rows.start, rows.stop), SHAPE[1])
+            )
+            np.testing.assert_array_equal(got[rows], fill)
+
+
+# -- what the guard costs and changes for one writer -----------------------------------------
+def test_one_writer_writes_the_same_bytes_either_way(tmp_path):
+    a, b = tmp_path / "a.zarr", tmp_path / "b.zarr"
+    for store, guarded in ((a, True), (b, False)):
+        new_array(store)
+        for i in range(0, SHAPE[0], 30):  # regions that cut shards and inner chunks
+            part = np.full((min(30, SHAPE[0] - i), SHAPE[1]), float(i))
+            shardwise.to_zarr(
+                da.from_array(part, chunks=10),
+                store,
+                path="v",
+                region=(slice(i, i + part.shape[0]),),
+                independent_writers=guarded,
+            )
+    files = lambda p: {q.relative_to(p): q.read_bytes() for q in p.rglob("*") if q.is_file()}  # noqa: E731
+    assert files(a) == files(b)
+
+
+def test_a_shard_that_keeps_changing_raises_a_conflict_naming_it(tmp_path, monkeypatch):
+    from shardwise.io import conditional
+
+    store = tmp_path / "a.zarr"
+    new_array(store)
+    before = {q: q.read_bytes() for q in store.rglob("*") if q.is_file()}
+    monkeypatch.setattr(
+        conditional._Local, "put", lambda self, key, data, expected: expected is None
+    )
+    with dask.config.set({"shardwise.write-retries": 3}), pytest.raises(ConflictError) as info:
+        shardwise.to_zarr(
+            da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
+        )
+    assert info.value.key == "v/c/0/0" and "3 tries" in str(info.value)
+    assert isinstance(info.value, OSError)
+    assert {q: q.read_bytes() for q in store.rglob("*") if q.is_file()} == before
+
+
+def test_an_append_that_keeps_losing_raises_a_conflict(tmp_path, monkeypatch):
+    from shardwise.io import conditional
+
+    store = tmp_path / "a.zarr"
+    new_array(store)
+    before = {q: q.read_bytes() for q in store.rglob("*") if q.is_file()}
+    put = conditional._Local.put
+    monkeypatch.setattr(
+        conditional._Local,
+        "put",
+        lambda self, key, data, expected: (
+            False if key.endswith("zarr.json") else put(self, key, data, expected)
+        ),
+    )
+    with dask.config.set({"shardwise.write-retries": 2}), pytest.raises(ConflictError) as info:
+        shardwise.to_zarr(da.ones((5, SHAPE[1]), chunks=5), store, path="v", append_dim=0)
+    assert info.value.key == "v/zarr.json"
+    assert {q: q.read_bytes() for q in store.rglob("*") if q.is_file()} == before
+
+
+# -- stores without conditional puts --------------------------------------------------------------
+def test_stores_without_conditional_puts_refuse_merging_writes(tmp_path):
+    store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas/a.zarr")
+    new_array(store)
+    x = da.ones((10, SHAPE[1]), chunks=10)
+    with pytest.raises(WriteError, match="independent_writers=False") as info:
+        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),))
+    assert "Nothing was written" in str(info.value)
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 0)
+    # whole shards need no condition; nor does a job that says it is the only writer
+    shardwise.to_zarr(
+        da.ones((100, SHAPE[1]), chunks=100), store, path="v", region=(slice(0, 100),)
+    )
+    shardwise.to_zarr(x * 2, store, path="v", region=(slice(0, 10),), independent_writers=False)
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 2)
+    with pytest.raises(WriteError, match="append"):
+        shardwise.to_zarr(x, store, path="v", append_dim=0)
+
+
+def test_the_default_comes_from_dask_config(tmp_path):
+    store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-2/a.zarr")
+    new_array(store)
+    with dask.config.set({"shardwise.independent-writers": False}):
+        shardwise.to_zarr(
+            da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
+        )
+    with pytest.raises(WriteError, match="independent_writers"):
+        shardwise.to_zarr(
+            da.ones((10, SHAPE[1]), chunks=10),
+            store,
+            path="v",
+            region=(slice(0, 10),),
+            independent_writers="yes",
+        )
+
+
+# -- S3 endpoints ------------------------------------------------------------------------------
+def _race_creates(endpoint: str, bucket: str, tries: int, writers: int = 8) -> list[int]:
+    """For each of ``tries`` new keys, ``writers`` threads put it at once with
+    ``If-None-Match: *``: how many succeeded, per key."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from s3server import KEY, REGION, SECRET
+
+    clients = [
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=KEY,
+            aws_secret_access_key=SECRET,
+            region_name=REGION,
+        )
+        for _ in range(writers)
+    ]
+    wins = []
+    for t in range(tries):
+        barrier = threading.Barrier(writers)
+        won = []
+
+        def put(client, i, key=f"race/{t}", barrier=barrier, won=won):
+            barrier.wait()
+            try:
+                client.put_object(
+                    Bucket=bucket, Key=key, Body=b"x" * 1000 + bytes([i]), IfNoneMatch="*"
+                )
+                won.append(i)
+            except ClientError:
+                pass
+
+        threads = [threading.Thread(target=put, args=(c, i)) for i, c in enumerate(clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wins.append(len(won))
+    for c in clients:
+        c.close()
+    return wins
+
+
+def test_the_serialized_endpoint_lets_exactly_one_conditional_create_win(
+    s3_serialized, serialized_bucket
+):
+    assert _race_creates(s3_serialized.endpoint, serialized_bucket, tries=20) == [1] * 20
+
+
+# -- the interleaving that loses an update with plain puts, forced -----------------------------
+def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path, monkeypatch):
+    """Two jobs (threads here) each merge their rows into shard 0; each job's first put
+    waits until both have read the shard, the interleaving in which plain puts lose one
+    job's rows. The second put finds the shard changed, reads it again, merges again:
+    both jobs' rows are kept, after exactly one conflict."""
+    from shardwise.graph.tasks import conflicts
+    from shardwise.io import conditional
+
+    store = tmp_path / "a.zarr"
+    new_array(store)
+    key = "v/c/0/0"
+    reads = threading.Semaphore(0)
+    waited: set[int] = set()
+    get, put = conditional._Local.get, conditional._Local.put
+
+    def gated_get(self, k):
+        out = get(self, k)
+        if k == key:
+            reads.release()
+        return out
+
+    def gated_put(self, k, data, expected):
+        me = threading.get_ident()
+        if k == key and expected is not None and me not in waited:
+            waited.add(me)
+            reads.acquire()  # both have read (each put takes one of the two reads)
+            reads.acquire()
+            reads.release()
+            reads.release()
+        return put(self, k, data, expected)
+
+    monkeypatch.setattr(conditional._Local, "get", gated_get)
+    monkeypatch.setattr(conditional._Local, "put", gated_put)
+    before = conflicts()
+
+    def job(rows: slice, v: float) -> None:
+        x = da.full((rows.stop - rows.start, SHAPE[1]), v, chunks=10)
+        with dask.config.set(scheduler="synchronous"):
+            shardwise.to_zarr(x, store, path="v", region=(rows,))
+
+    threads = [
+        threading.Thread(target=job, args=(slice(0, 10), 1.0)),
+        threading.Thread(target=job, args=(slice(50, 60), 2.0)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    got = zarr.open_array(store, path="v")[...]
+    np.testing.assert_array_equal(got[0:10], 1.0)
+    np.testing.assert_array_equal(got[50:60], 2.0)
+    np.testing.assert_array_equal(got[10:50], 0.0)
+    assert conflicts() - before == 1
+
+
+# -- Icechunk ------------------------------------------------------------------------------
+def test_icechunk_jobs_sharing_a_shard_conflict_at_commit_and_a_rerun_keeps_both(tmp_path):
+    """Icechunk's sessions are the transaction: with the default (guarded) writes,
+    shardwise leaves conflict detection to the commit, as Icechunk's own writer does. Two
+    jobs' regions share shard 0: the second commit is refused (nothing of it lands),
+    and the job run again in a new session keeps both jobs' rows, the result conditional
+    puts give on other stores."""
+    icechunk = pytest.importorskip("icechunk")
+    icechunk.set_logs_filter("error")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
+    session = repo.writable_session("main")
+    new_array(session.store)
+    session.commit("base")
+
+    def job(rows: slice, v: float):
+        s = repo.writable_session("main")
+        x = da.full((rows.stop - rows.start, SHAPE[1]), v, chunks=10)
+        shardwise.to_zarr(x, s.store, path="v", region=(rows,))
+        return s
+
+    a, b = job(slice(0, 10), 1.0), job(slice(50, 60), 2.0)
+    a.commit("a")
+    with pytest.raises((icechunk.ConflictError, icechunk.RebaseFailedError)):
+        b.commit("b", rebase_with=icechunk.ConflictDetector())
+    got = zarr.open_array(repo.readonly_session("main").store, path="v")[...]
+    assert (got[0:10] == 1).all() and (got[10:] == 0).all()  # b: nothing landed
+    job(slice(50, 60), 2.0).commit("b again")
+    got = zarr.open_array(repo.readonly_session("main").store, path="v")[...]
+    assert (got[0:10] == 1).all() and (got[50:60] == 2).all()
+    assert (got[10:50] == 0).all() and (got[60:] == 0).all()
