@@ -1,7 +1,8 @@
 """Are an S3 endpoint's conditional puts atomic under concurrent requests?
 
 For each of ``--tries`` new keys, ``--writers`` threads (each with its own boto3
-client) wait at a barrier, then all put the key with ``If-None-Match: *``. On S3
+client) wait at a barrier, then all put the key with ``If-None-Match: *`` (and, in a
+second round, put an existing key with ``If-Match`` on the ETag they all read). On S3
 exactly one put may succeed; the others get HTTP 412. The script counts the keys that
 more than one put created, against moto's server as it is (``python -m moto.server``)
 and against moto behind the lock of ``tests/moto_serialized.py`` (the endpoint the
@@ -31,17 +32,24 @@ def main() -> None:
     from test_concurrency import _race_creates
 
     for serialized in (False, True):
-        with tempfile.TemporaryDirectory() as tmp, S3Server(Path(tmp), serialized=serialized) as s:
-            bucket = s.new_bucket()
-            wins = _race_creates(s.endpoint, bucket, tries=args.tries, writers=args.writers)
-        doubled = sum(w > 1 for w in wins)
-        none = sum(w == 0 for w in wins)
         name = "moto behind a write lock" if serialized else "moto as it is"
-        print(
-            f"{name}: {doubled} of {args.tries} keys created by more than one of "
-            f"{args.writers} concurrent If-None-Match puts (most at once: {max(wins)}); "
-            f"{none} by none"
-        )
+        for update, what in ((False, "If-None-Match: *"), (True, "If-Match: <etag>")):
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                S3Server(Path(tmp), serialized=serialized) as s,
+            ):
+                bucket = s.new_bucket()
+                wins = _race_creates(
+                    s.endpoint, bucket, tries=args.tries, writers=args.writers, update=update
+                )
+            doubled = sum(w > 1 for w in wins)
+            none = sum(w == 0 for w in wins)
+            print(
+                f"{name}, {what}: {doubled} of {args.tries} keys put by more than one of "
+                f"{args.writers} concurrent conditional puts (most at once: {max(wins)}); "
+                f"{none} by none",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

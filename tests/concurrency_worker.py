@@ -10,7 +10,8 @@ The json says where the array is (``store``: a local path or an ``s3://`` URL, w
 - ``"append"``: ``rounds`` times, append ``rows`` rows along axis 0 whose first column
   says who appended them and when (``proc * 1000 + round``), the others 0..;
 - ``"append-dataset"``: the same with an xarray Dataset (a variable ``v`` and a
-  ``time`` coordinate) appended along ``time``.
+  ``time`` coordinate) appended along ``time`` (``consolidated``: passed on, default
+  False).
 
 ``independent_writers`` is passed on (default: shardwise's default). Prints one JSON
 line with what it did and how long it took; exits 0 when it wrote everything.
@@ -97,7 +98,12 @@ def main(argv: list[str]) -> None:
                 coords={"time": tag * 1000 + np.arange(rows, dtype="i8")},
             )
             shardwise.to_zarr(
-                ds, store, append_dim="time", storage_options=so, consolidated=False, **options
+                ds,
+                store,
+                append_dim="time",
+                storage_options=so,
+                consolidated=cfg.get("consolidated", False),
+                **options,
             )
             calls += 1
     else:

@@ -172,7 +172,11 @@ def test_appends_racing_into_a_rectilinear_grid_all_land(tmp_path):
 
 
 @pytest.mark.slow
-def test_dataset_appends_racing_each_other_all_land(tmp_path):
+@pytest.mark.parametrize("consolidated", [False, None])
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_dataset_appends_racing_each_other_all_land(tmp_path, consolidated):
+    """``consolidated=None`` (xarray's default): each append consolidates the metadata
+    after its commit, and the consolidated metadata at the end holds every append."""
     nprocs, rounds, rows = 3, 3, 7
     store = str(tmp_path / "d.zarr")
     first = xr.Dataset(
@@ -182,11 +186,11 @@ def test_dataset_appends_racing_each_other_all_land(tmp_path):
     shardwise.to_zarr(
         first,
         store,
-        consolidated=False,
+        consolidated=consolidated,
         encoding={"v": {"shards": (100, SHAPE[1]), "chunks": (20, SHAPE[1])}},
     )
-    run_all(jobs(store, "append-dataset", nprocs, rounds, rows))
-    ds = xr.open_dataset(store, engine="shardwise", consolidated=False).load()
+    run_all(jobs(store, "append-dataset", nprocs, rounds, rows, consolidated=consolidated))
+    ds = xr.open_dataset(store, engine="shardwise", consolidated=consolidated is None).load()
     v = ds.v.values
     check_appended(v, nprocs, rounds, rows)
     # the time coordinate was appended with its data
@@ -324,9 +328,12 @@ def test_the_default_comes_from_dask_config(tmp_path):
 
 
 # -- S3 endpoints ------------------------------------------------------------------------------
-def _race_creates(endpoint: str, bucket: str, tries: int, writers: int = 8) -> list[int]:
+def _race_creates(
+    endpoint: str, bucket: str, tries: int, writers: int = 8, update: bool = False
+) -> list[int]:
     """For each of ``tries`` new keys, ``writers`` threads put it at once with
-    ``If-None-Match: *``: how many succeeded, per key."""
+    ``If-None-Match: *`` (``update``: the key is put first, and they put it with
+    ``If-Match`` on its ETag): how many succeeded, per key."""
     import boto3
     from botocore.exceptions import ClientError
 
@@ -346,12 +353,17 @@ def _race_creates(endpoint: str, bucket: str, tries: int, writers: int = 8) -> l
     for t in range(tries):
         barrier = threading.Barrier(writers)
         won = []
+        key = f"race/{'update' if update else 'create'}/{t}"
+        condition = {"IfNoneMatch": "*"}
+        if update:
+            etag = clients[0].put_object(Bucket=bucket, Key=key, Body=b"first")["ETag"]
+            condition = {"IfMatch": etag}
 
-        def put(client, i, key=f"race/{t}", barrier=barrier, won=won):
+        def put(client, i, key=key, barrier=barrier, won=won, condition=condition):
             barrier.wait()
             try:
                 client.put_object(
-                    Bucket=bucket, Key=key, Body=b"x" * 1000 + bytes([i]), IfNoneMatch="*"
+                    Bucket=bucket, Key=key, Body=b"x" * 1000 + bytes([i]), **condition
                 )
                 won.append(i)
             except ClientError:
@@ -368,10 +380,12 @@ def _race_creates(endpoint: str, bucket: str, tries: int, writers: int = 8) -> l
     return wins
 
 
-def test_the_serialized_endpoint_lets_exactly_one_conditional_create_win(
+def test_the_serialized_endpoint_lets_exactly_one_conditional_put_win(
     s3_serialized, serialized_bucket
 ):
-    assert _race_creates(s3_serialized.endpoint, serialized_bucket, tries=20) == [1] * 20
+    endpoint = s3_serialized.endpoint
+    assert _race_creates(endpoint, serialized_bucket, tries=20) == [1] * 20
+    assert _race_creates(endpoint, serialized_bucket, tries=20, update=True) == [1] * 20
 
 
 # -- the interleaving that loses an update with plain puts, forced -----------------------------

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardwise.codecs import ShardDecoder
-from shardwise.errors import ConflictError
+from shardwise.errors import ConflictError, WriteError
 from shardwise.format.grid import ChunkRead
 from shardwise.graph.plan import Box, Shard, inside, intersect, local, shard_box, split_block
 from shardwise.graph.target import WriteTarget
@@ -308,12 +308,18 @@ def conflicts() -> int:
 
 def retries() -> int:
     """How many times a shard task tries a conditional put before it gives up: dask
-    config ``shardwise.write-retries`` (default 30)."""
+    config ``shardwise.write-retries`` (default 100: with pauses of up to 1 s, about a
+    minute of losing to other jobs before giving up)."""
     import dask.config
 
-    value = dask.config.get("shardwise.write-retries", 30)
+    value = dask.config.get("shardwise.write-retries", 100)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"shardwise.write-retries must be an int >= 1, got {value!r}")
+        raise WriteError(
+            "unknown dask config shardwise.write-retries",
+            expected="an int >= 1",
+            found=repr(value),
+            advice="Set it with dask.config.set({'shardwise.write-retries': 100}).",
+        )
     return value
 
 

@@ -196,7 +196,7 @@ class CommitConflict(Exception):
 class GuardedOverlay(OverlayStore):
     """An :class:`OverlayStore` whose reads of the wrapped store go through a
     :class:`~shardwise.io.conditional.Conditional` and remember the version each object
-    had, so that :meth:`commit` can put what was written only where nothing changed
+    had (and its bytes: a later read of it in the same try sees the same), so that :meth:`commit` can put what was written only where nothing changed
     since: an optimistic transaction over several objects (the ``zarr.json`` documents
     a Dataset append grows; its data is written afterwards, with conditional merges)."""
 
@@ -206,21 +206,26 @@ class GuardedOverlay(OverlayStore):
         self.prefix = prefix  # where the wrapped store's keys are, for the guard
         self._versions: dict[str, Any] = {}
         self._read: dict[str, bytes] = {}  # the metadata documents as read
+        self._snapshot: dict[str, bytes | None] = {}  # every object as first read
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         if key in self._written or self._hidden(key):
             return await super().get(key, prototype, byte_range)
-        # (the guard's calls are synchronous: off this event loop, which they may use)
-        data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
-        if key not in self._versions:
+        if key in self._versions:  # read once: the try sees the version it remembers
+            data: Any = self._snapshot[key]
+        else:
+            # (the guard's calls are synchronous: off this event loop, which they may use)
+            data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
+            data = None if data is None else bytes(data)
             self._versions[key] = version
+            self._snapshot[key] = data
             if data is not None and key.endswith("zarr.json"):
-                self._read[key] = bytes(data)
+                self._read[key] = data
         if data is None:
             return None
-        return _slice(prototype.buffer.from_bytes(bytes(data)), byte_range)
+        return _slice(prototype.buffer.from_bytes(data), byte_range)
 
     def commit(self) -> list[str]:
         """Put every object written here into the wrapped store, each only if it is
@@ -232,11 +237,9 @@ class GuardedOverlay(OverlayStore):
         what was put already. Returns the keys put."""
         from shardwise.errors import ConflictError
 
-        # (documents the try read first: the first put must be a conditional one)
-        keys = sorted(
-            self._written,
-            key=lambda k: (not k.endswith("zarr.json"), k not in self._versions, k),
-        )
+        # arrays' documents first (the first put must be a conditional one, of what
+        # the try read), then the groups' and the other metadata, then the rest
+        keys = sorted(self._written, key=lambda k: (_rank(k, self._written[k]), k))
         done: list[str] = []
         for key in keys:
             data = self._written[key].to_bytes()
@@ -251,8 +254,9 @@ class GuardedOverlay(OverlayStore):
                 continue
             if not done:
                 raise CommitConflict(key)
-            if self.guard.get(self.prefix + key)[0] == data:
-                continue  # another job put the same document: nothing to change
+            if self._settle(key, data):
+                done.append(key)
+                continue
             raise ConflictError(
                 "another job changed an object of this write's metadata while it was "
                 "being committed",
@@ -268,3 +272,72 @@ class GuardedOverlay(OverlayStore):
             self.guard.delete(self.prefix + key)
             done.append(key)
         return done
+
+    def _settle(self, key: str, data: bytes) -> bool:
+        """After the first put of a commit, ``key`` was found changed by another job:
+        True when what this commit puts there is settled anyway: the object holds it
+        already, or (a group's ``zarr.json``, which other jobs rewrite with their
+        consolidated metadata) it was put again over the current document, keeping that
+        document's consolidated metadata, which the consolidation after the commit
+        brings up to date."""
+        for _ in range(100):
+            current, version = self.guard.get(self.prefix + key)
+            if current is not None and bytes(current) == data:
+                return True
+            merged = _keep_consolidated(data, current)
+            if merged is None:
+                return False
+            if merged == (None if current is None else bytes(current)):
+                return True
+            if self.guard.put(self.prefix + key, merged, version):
+                return True
+        return False
+
+
+_ARRAY_DOCUMENTS = (".zarray",)
+_METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+
+
+def _leaf(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
+
+
+def _rank(key: str, value: Buffer) -> int:
+    """Where a written object goes in a commit: 0 an array's metadata document, 1 any
+    other metadata document (a group's, attributes), 2 the rest (chunks)."""
+    leaf = _leaf(key)
+    if leaf in _ARRAY_DOCUMENTS:
+        return 0
+    if leaf == "zarr.json":
+        return 0 if _node_type(value.to_bytes()) == "array" else 1
+    return 1 if leaf in _METADATA else 2
+
+
+def _node_type(document: bytes) -> Any:
+    import json
+
+    try:
+        return json.loads(document).get("node_type")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _keep_consolidated(ours: bytes, current: Any) -> bytes | None:
+    """A group's ``zarr.json`` as this commit writes it, with the consolidated metadata
+    of the ``current`` one in place of its own (None when either is no group
+    document)."""
+    import json
+
+    try:
+        mine = json.loads(ours)
+        theirs = None if current is None else json.loads(bytes(current))
+    except ValueError:
+        return None
+    if not isinstance(mine, dict) or mine.get("node_type") != "group":
+        return None
+    if theirs is not None and (not isinstance(theirs, dict) or theirs.get("node_type") != "group"):
+        return None
+    mine.pop("consolidated_metadata", None)
+    if theirs is not None and theirs.get("consolidated_metadata") is not None:
+        mine["consolidated_metadata"] = theirs["consolidated_metadata"]
+    return json.dumps(mine, indent=2).encode()

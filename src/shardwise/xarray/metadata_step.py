@@ -17,9 +17,12 @@ types, modes) are :mod:`shardwise.array.plan`'s.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
 from shardwise.array.plan import (
@@ -32,11 +35,12 @@ from shardwise.array.plan import (
     region_bounds,
     without_empty_blocks,
 )
-from shardwise.errors import StoreExistsError, WriteError
+from shardwise.errors import ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
+from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import FIXED_KINDS
 from shardwise.io.conditional import conditional
 from shardwise.io.open import store_path
@@ -475,6 +479,10 @@ def _check_dtypes(ds: Any, zstore: Any, existing: set[str], group: str | None) -
 
 
 # -- appends that other jobs may make at the same time ---------------------------------------
+def _join(path: str, leaf: str) -> str:
+    return f"{path.strip('/')}/{leaf}" if path.strip("/") else leaf
+
+
 class AppendTransaction:
     """The metadata step of a Dataset append that other jobs may make at the same
     time, as an optimistic transaction: each try runs on a fresh copy-on-write view of
@@ -512,6 +520,35 @@ class AppendTransaction:
         except CommitConflict:
             return False
         return True
+
+    def consolidate(self) -> None:
+        """Consolidate the store's metadata after a committed append (what xarray does
+        at the end of its metadata step, which a try runs without, so that it reads
+        each array's own document): on a view, put only if the group's document is
+        unchanged since the view read it, else again. Every append consolidates after
+        its own commit, reading the group's document before the arrays', so the last
+        consolidation put holds every append committed before it."""
+        import zarr
+
+        for attempt in range(retries()):
+            view = self.view()
+            for leaf in ("zarr.json", ".zmetadata"):  # (their versions, for the commit)
+                _compat.sync(view.store.get(_join(view.path, leaf), default_buffer_prototype()))
+            zarr.consolidate_metadata(view)
+            try:
+                view.store.commit()
+                return
+            except CommitConflict:
+                if attempt + 1 < retries():
+                    time.sleep(backoff(attempt))
+        raise ConflictError(
+            "other jobs kept consolidating the store's metadata",
+            expected="the group's metadata document unchanged while it was consolidated",
+            found=f"it changed every time, {retries()} tries",
+            key=_join(self.base.path, "zarr.json"),
+            advice="The data and the arrays' metadata are written; consolidate later "
+            "(zarr.consolidate_metadata), or read with consolidated=False.",
+        )
 
     def reopen(
         self,

@@ -450,7 +450,9 @@ def to_zarr(
             zstore = _compat.get_writable_zarr_store(
                 store if overlay is None else overlay,
                 group=group,
-                consolidated=consolidated,
+                # (a try reads each array's own document, for its version; the
+                # metadata is consolidated after the commit, see below)
+                consolidated=consolidated if overlay is None else False,
                 storage_options=storage_options if overlay is None else None,
                 zarr_format=zarr_format,
                 write_empty_chunks=write_empty_chunks,
@@ -482,6 +484,8 @@ def to_zarr(
             if txn is None:
                 break
             if txn.commit(overlay, zstore, append_dim):  # stored: the data goes there too
+                if consolidated or consolidated is None:  # (as xarray's metadata step)
+                    txn.consolidate()
                 zstore, capture.items = txn.reopen(
                     store,
                     group,
