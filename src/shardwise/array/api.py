@@ -44,7 +44,7 @@ from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.format.rectilinear import grid_of
 from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import finish_graph
-from shardwise.io.conditional import Conditional, Version, conditional
+from shardwise.io.conditional import Conditional, Version, conditional_path
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
 from shardwise.io.stores import write_grid
@@ -757,13 +757,10 @@ def _append_guard(
     write (and in an Icechunk session, whose commit checks for conflicts)."""
     if not guarded or append_dim is None or mode != "a" or session is not None:
         return None
-    try:
-        base = store_path(store, storage_options)
-    except FileNotFoundError:
-        return None
-    guard = conditional(base.store)
-    if guard is None:
+    found = conditional_path(store, storage_options)
+    if found is None:
         return None  # refused by check_guardable once the array is read, if it exists
+    base, guard = found
     where = f"{base.path}/{path}".strip("/")
     return guard, f"{where}/" if where else ""
 

@@ -49,8 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import shardwise._compat as _compat
+from shardwise.io.open import store_path
 
-__all__ = ["ABSENT", "Conditional", "Version", "conditional"]
+__all__ = ["ABSENT", "Conditional", "Version", "conditional", "conditional_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,18 @@ def conditional(store: Any) -> Conditional | None:
             return _Local(local)
         return _Obstore(obstore)
     return None
+
+
+def conditional_path(store: Any, storage_options: Any = None) -> tuple[Any, Conditional] | None:
+    """What a user passed as ``store`` (a path, URL, zarr-python store...) opened as a
+    ``StorePath``, with its store's conditional reads and puts; None when it does not
+    exist yet or has none."""
+    try:
+        base = store_path(store, storage_options)
+    except FileNotFoundError:
+        return None
+    guard = conditional(base.store)
+    return None if guard is None else (base, guard)
 
 
 # -- local file systems ----------------------------------------------------------------------

@@ -42,7 +42,7 @@ from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
 from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import FIXED_KINDS
-from shardwise.io.conditional import conditional
+from shardwise.io.conditional import conditional_path
 from shardwise.io.open import store_path
 from shardwise.io.overlay import CommitConflict, GuardedOverlay, OverlayStore
 from shardwise.io.stores import write_grid
@@ -594,9 +594,5 @@ def append_transaction(
     commit checks), or a store without conditional puts (refused by :func:`validate`)."""
     if not guarded or append_dim is None or session is not None or mode not in (None, "a"):
         return None
-    try:
-        base = store_path(store, storage_options)
-    except FileNotFoundError:
-        return None
-    guard = conditional(base.store)
-    return None if guard is None else AppendTransaction(base, guard)
+    found = conditional_path(store, storage_options)
+    return None if found is None else AppendTransaction(*found)
