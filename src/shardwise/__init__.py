@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from shardwise.tools.migrate import MigrationReport, migrate
     from shardwise.tools.reshard import ReshardReport, reshard
     from shardwise.tools.verify import VerifyReport, verify
+    from shardwise.tools.views import ShardGrid, shard_grid, shard_view
     from shardwise.xarray.open import open_dataset
     from shardwise.xarray.to_zarr import to_zarr
 
@@ -74,6 +75,7 @@ __all__ = [
     "ReadOptions",
     "RegionConflictError",
     "ReshardReport",
+    "ShardGrid",
     "ShardwiseError",
     "StoreExistsError",
     "StoreIOError",
@@ -96,6 +98,8 @@ __all__ = [
     "open_dataset",
     "reshard",
     "set_index_cache_size",
+    "shard_grid",
+    "shard_view",
     "shared_shards",
     "to_zarr",
     "verify",
@@ -125,6 +129,9 @@ _LAZY = {
     "to_zarr": "shardwise.xarray.to_zarr",
     "VerifyReport": "shardwise.tools.verify",
     "verify": "shardwise.tools.verify",
+    "ShardGrid": "shardwise.tools.views",
+    "shard_grid": "shardwise.tools.views",
+    "shard_view": "shardwise.tools.views",
 }
 
 

@@ -157,6 +157,58 @@ class Info:
             "damaged": list(self.damaged),
         }
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: the hierarchy's table, then a row per array."""
+        from shardwise.format.html import esc, table
+
+        stored_ = self.stored_bytes
+        head = table(
+            "shardwise info",
+            [
+                ("store", self.store),
+                ("format", self.format),
+                ("group", self.group or "/"),
+                ("groups", len(self.groups)),
+                ("arrays", len(self.arrays)),
+                ("stored", byte_size(stored_)),
+                ("raw", byte_size(self.raw_bytes)),
+            ],
+        )
+        cols = ("array", "dtype", "shape", "shards", "inner chunks", "codecs", "stored", "ratio")
+        rows = []
+        for a in self.arrays:
+            shards = "unsharded" if a.shard_shape is None else dims_text(a.shard_shape, None)
+            stored = (
+                a.error
+                if a.error is not None
+                else "-"
+                if a.shards_present is None
+                else f"{a.shards_present} of {a.shards_total} shards, {byte_size(a.stored_bytes)}"
+            )
+            ratio = "-" if a.ratio is None else f"{a.ratio:.2f}x"
+            rows.append(
+                (
+                    a.path or "/",
+                    a.dtype,
+                    dims_text(a.shape, a.dimension_names),
+                    shards,
+                    dims_text(a.chunk_shape, None),
+                    a.codecs,
+                    stored,
+                    ratio,
+                )
+            )
+        rows += [
+            (p or "/", "", "", "", "", "", f"cannot be read: {why}", "")
+            for p, why in self.unreadable
+        ]
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>" for c in r) + "</tr>"
+            for r in rows
+        )
+        header = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in cols)
+        return f"<div>{head}<table><tr>{header}</tr>{body}</table></div>"
+
     def __str__(self) -> str:
         stored_ = self.stored_bytes
         groups = ", ".join(g or "/" for g in self.groups)

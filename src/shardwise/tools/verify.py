@@ -56,6 +56,9 @@ class Problem:
     message: str
 
 
+_HTML_ROWS = 200  # problems shown in a notebook at the most
+
+
 @dataclass
 class VerifyReport:
     """What :func:`verify` checked and found."""
@@ -75,6 +78,43 @@ class VerifyReport:
     @property
     def bad_keys(self) -> list[str]:
         return sorted({p.key for p in self.problems})
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the counts, then a row per problem and stray key."""
+        from shardwise.format.html import esc, table
+
+        head = table(
+            "shardwise verify: " + ("all good" if self.ok else f"{len(self.bad_keys)} bad keys"),
+            [
+                ("arrays", len(self.arrays)),
+                ("shards checked", self.shards),
+                ("inner chunks checked", self.chunks),
+                ("requests", self.requests),
+                ("bytes read", self.bytes_read),
+            ],
+        )
+        rows = [
+            (p.key, "" if p.chunk is None else str(p.chunk), p.error, p.message)
+            for p in self.problems
+        ] + [
+            (k, "", "stray", "not a chunk of its array (left over from a write?)")
+            for k in self.strays
+        ]
+        if not rows:
+            return head
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>" for c in r) + "</tr>"
+            for r in rows[:_HTML_ROWS]
+        )
+        more = (
+            f"<div>and {len(rows) - _HTML_ROWS} more (str() of the report lists all)</div>"
+            if len(rows) > _HTML_ROWS
+            else ""
+        )
+        return (
+            f"<div>{head}<table><tr><th>key</th><th>inner chunk</th><th>error</th>"
+            f"<th>message</th></tr>{body}</table>{more}</div>"
+        )
 
     def __str__(self) -> str:
         lines = [

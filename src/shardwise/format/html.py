@@ -1,0 +1,189 @@
+"""What notebooks show: small HTML tables in xarray's manner and an SVG picture of a
+shard grid, drawn to scale, each shard shaded by how much of it is stored.
+
+Pure functions of the values they are given (no I/O). Everything taken from a store (an
+array's name, its dimension names, a key, an error message) is escaped before it goes
+into the markup, and a grid of any size is drawn with at most :data:`MAX_CELLS` cells:
+larger grids are shown in blocks of shards, which the caption says.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ABSENT", "DAMAGED", "MAX_CELLS", "STORED", "UNKNOWN", "esc", "grid_svg", "table"]
+
+# the state of a shard (or of a block of shards: the highest of its shards')
+UNKNOWN = 0  # not looked at (an ArrayReader draws the grid without reading indexes)
+ABSENT = 1
+STORED = 2
+DAMAGED = 3
+
+MAX_CELLS = 2500  # cells drawn at the most (50 x 50)
+_SIDE = 50  # cells along an axis at the most
+_WIDTH = 360.0  # pixels along the picture's longer axis
+_MIN = 24.0  # pixels along the shorter one, at the least
+
+_FILL = {UNKNOWN: "#ECB172", ABSENT: "#ffffff", DAMAGED: "#d62728"}
+_STORED = "#1f77b4"
+
+
+def esc(value: Any) -> str:
+    """``value`` as text safe inside HTML or SVG, attributes included."""
+    return html.escape(str(value), quote=True)
+
+
+def table(title: str, rows: Sequence[tuple[str, Any]], *, note: str = "") -> str:
+    """A two-column table (name, value), escaped, under a bold ``title``."""
+    body = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{esc(k)}</th>"
+        f"<td style='text-align:left'>{esc(v)}</td></tr>"
+        for k, v in rows
+    )
+    foot = f"<div style='font-size:smaller'>{esc(note)}</div>" if note else ""
+    return f"<div><b>{esc(title)}</b><table>{body}</table>{foot}</div>"
+
+
+def _blocks(n: int) -> int:
+    """How many shards along an axis of ``n`` go into one drawn cell."""
+    return max(1, math.ceil(n / _SIDE))
+
+
+def _coarsen(values: npt.NDArray[Any], factors: Sequence[int], how: str) -> npt.NDArray[Any]:
+    """``values`` (2-D) in blocks of ``factors`` shards: the mean or the max of each."""
+    out = values
+    for axis, k in enumerate(factors):
+        if k == 1:
+            continue
+        n = out.shape[axis]
+        starts = np.arange(0, n, k)
+        if how == "max":
+            out = np.maximum.reduceat(out, starts, axis=axis)
+        else:
+            sums = np.add.reduceat(np.nan_to_num(out), starts, axis=axis)
+            counts = np.add.reduceat((~np.isnan(out)).astype(float), starts, axis=axis)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return out
+
+
+def grid_svg(
+    edges: Sequence[Any],
+    names: Sequence[Any],
+    *,
+    state: npt.NDArray[np.int8] | None = None,
+    stored: npt.NDArray[np.float64] | None = None,
+    label: Callable[[tuple[int, ...]], str] | None = None,
+) -> str:
+    """An SVG of a shard grid. ``edges``: per axis, where each shard starts, and the
+    array's length last (a regular grid's last shard clipped at it); ``names``: the axes'
+    names. ``state``: per shard, :data:`UNKNOWN`, :data:`ABSENT`, :data:`STORED` or
+    :data:`DAMAGED` (default: unknown); ``stored``: per shard, the fraction of its inner
+    chunks stored (0-1, NaN unknown), which shades it; ``label``: a shard's tooltip.
+
+    One axis is drawn as a row; two as rows and columns (the last axis across, as dask
+    draws arrays); more as the last two, the state and fraction of each cell taken over
+    the other axes (named in the caption). Shards are drawn to scale along each axis.
+    Past :data:`MAX_CELLS` cells, blocks of shards are drawn as one cell each."""
+    axes_all: list[npt.NDArray[np.int64]] = [np.asarray(e, dtype=np.int64) for e in edges]
+    ndim = len(axes_all)
+    grid = tuple(len(e) - 1 for e in axes_all)
+    st = np.full(grid, UNKNOWN, dtype=np.int8) if state is None else np.asarray(state)
+    fr = np.full(grid, np.nan) if stored is None else np.asarray(stored, dtype=np.float64)
+    if st.shape != grid or fr.shape != grid:
+        raise ValueError(f"state {st.shape} and stored {fr.shape} do not match the grid {grid}")
+    shown = list(range(ndim))[-2:] if ndim else []
+    other = [i for i in range(ndim) if i not in shown]
+    caption = []
+    if other:
+        st = st.max(axis=tuple(other)) if st.size else st.reshape([grid[i] for i in shown])
+        with np.errstate(invalid="ignore"):
+            fr = (
+                np.nanmean(fr, axis=tuple(other))
+                if fr.size and not np.isnan(fr).all()
+                else np.full([grid[i] for i in shown], np.nan)
+            )
+        caption.append(
+            "over "
+            + ", ".join(f"{esc(names[i])} ({grid[i]} shards)" for i in other)
+            + ": a cell shows its shards along them together"
+        )
+    while st.ndim < 2:  # one axis: a row; none: a single cell
+        st, fr = st[None], fr[None]
+    axes: list[npt.NDArray[np.int64]] = [np.array([0, 1], dtype=np.int64)] * (2 - len(shown)) + [
+        axes_all[i] for i in shown
+    ]
+    axis_names = [None] * (2 - len(shown)) + [names[i] for i in shown]
+    factors = [_blocks(len(a) - 1) for a in axes]
+    if any(k > 1 for k in factors):
+        caption.append(
+            f"{' x '.join(str(len(a) - 1) for a in axes)} shards drawn as "
+            f"{' x '.join(str(math.ceil((len(a) - 1) / k)) for a, k in zip(axes, factors, strict=True))}"
+            f" cells of up to {' x '.join(map(str, factors))} shards"
+        )
+        st = _coarsen(st.astype(np.int64), factors, "max")
+        with np.errstate(invalid="ignore"):
+            fr = _coarsen(fr, factors, "mean")
+        axes = [np.append(a[:-1][::k], a[-1]) for a, k in zip(axes, factors, strict=True)]
+    rows_e, cols_e = axes
+    extent = [max(int(a[-1] - a[0]), 1) for a in axes]
+    scale = _WIDTH / max(extent)
+    height = max(_MIN, extent[0] * scale)
+    width = max(_MIN, extent[1] * scale)
+    ys: npt.NDArray[np.float64] = (rows_e - rows_e[0]) / extent[0] * height
+    xs: npt.NDArray[np.float64] = (cols_e - cols_e[0]) / extent[1] * width
+    pad = 20.0
+    cells = []
+    for r in range(len(ys) - 1):
+        for c in range(len(xs) - 1):
+            s = int(st[r, c])
+            f = float(fr[r, c])
+            if s == STORED and not math.isnan(f):
+                fill, opacity = _STORED, 0.15 + 0.85 * min(max(f, 0.0), 1.0)
+            else:
+                fill, opacity = _FILL.get(s, _FILL[UNKNOWN]), 1.0
+            title = ""
+            if label is not None and not any(k > 1 for k in factors) and not other:
+                where = (r, c)[2 - len(shown) :]
+                title = f"<title>{esc(label(tuple(where)))}</title>"
+            cells.append(
+                f'<rect x="{pad + xs[c]:.2f}" y="{pad + ys[r]:.2f}" '
+                f'width="{max(xs[c + 1] - xs[c], 0.5):.2f}" '
+                f'height="{max(ys[r + 1] - ys[r], 0.5):.2f}" fill="{fill}" '
+                f'fill-opacity="{opacity:.3f}" stroke="#444" stroke-width="0.5">{title}</rect>'
+            )
+    texts = []
+    if axis_names[1] is not None:
+        texts.append(
+            f'<text x="{pad + width / 2:.2f}" y="{pad + height + 15:.2f}" '
+            f'text-anchor="middle" font-size="12">{esc(axis_names[1])}</text>'
+        )
+    if axis_names[0] is not None:
+        texts.append(
+            f'<text x="{pad + width + 12:.2f}" y="{pad + height / 2:.2f}" '
+            f'text-anchor="middle" font-size="12" '
+            f'transform="rotate(-90,{pad + width + 12:.2f},{pad + height / 2:.2f})">'
+            f"{esc(axis_names[0])}</text>"
+        )
+    legend = "shaded by the share of inner chunks stored" if (st == STORED).any() else ""
+    words = [w for w in (legend, *caption) if w]
+    for i, w in enumerate(words):
+        texts.append(
+            f'<text x="{pad:.2f}" y="{pad + height + 32 + 14 * i:.2f}" font-size="11">'
+            f"{w if w in caption else esc(w)}</text>"
+        )
+    total_w = pad * 2 + width + 20
+    total_h = pad * 2 + height + 20 + 14 * len(words)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" '
+        f'height="{total_h:.0f}" style="stroke:rgb(0,0,0);stroke-width:0">'
+        + "".join(cells)
+        + "".join(texts)
+        + "</svg>"
+    )
