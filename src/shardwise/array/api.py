@@ -42,6 +42,7 @@ from shardwise.array.read import from_zarr
 from shardwise.errors import ArgumentError, ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.format.rectilinear import grid_of
+from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import finish_graph
 from shardwise.io.conditional import Conditional, Version, conditional_path
@@ -87,6 +88,7 @@ def array_to_zarr(
     return_stored: bool = False,
     zarr_kwargs: Mapping[str, Any] | None = None,
     guarded: bool = True,
+    progress: bool = False,
 ) -> Any:
     """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
     new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
@@ -245,11 +247,11 @@ def array_to_zarr(
         stored = _stored(arr, offset, x.shape)
         if not compute:  # read once written: every task of it waits for the write
             return _after(stored, graph)
-        dask.compute(graph)
+        compute_with_progress(graph, progress=progress, desc="to_zarr")
         return stored
     if not compute:
         return graph
-    dask.compute(graph)
+    compute_with_progress(graph, progress=progress, desc="to_zarr")
     return arr
 
 

@@ -6,7 +6,7 @@ one call of a tool (``shardwise.verify``, ``migrate``, ``reshard``, ``info``,
 commands share is elsewhere in this package: the option values in
 :mod:`shardwise.cli.options`, the :class:`~shardwise.cli.run.Run` each command is given
 and the exit statuses in :mod:`shardwise.cli.run`, the progress bars in
-:mod:`shardwise.cli.progress`, the inventory tables of ``--out`` in
+:mod:`shardwise.graph.progress`, the inventory tables of ``--out`` in
 :mod:`shardwise.cli.tables`.
 
 The tools are reached through ``shardwise``'s lazy names (``shardwise.verify`` loads

@@ -28,8 +28,8 @@ from typing import Any
 import click
 
 from shardwise.cli.options import click_callback, parse_storage_options, storage_options_for
-from shardwise.cli.progress import distributed_bar, local_bar
 from shardwise.errors import ShardwiseError
+from shardwise.graph.progress import distributed_bar, local_bar
 
 __all__ = [
     "EXIT_ERROR",

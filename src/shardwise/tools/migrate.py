@@ -29,6 +29,7 @@ from typing import Any
 from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
 from shardwise.format.names import node_path
 from shardwise.graph.copy import copy_graph
+from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import done
 from shardwise.io.draft import DraftStore
 from shardwise.io.open import has_zarr_json, open_store
@@ -73,6 +74,7 @@ def migrate(
     dst_storage_options: dict[str, Any] | None = None,
     mode: str = "w-",
     compute: bool = True,
+    progress: bool = False,
 ) -> Any:
     """Migrate the store of the 2022 sharding draft at ``src`` (under ``group``) to a
     Zarr v3 store at ``dst`` (paths, URLs or zarr ``Store`` objects), copying compressed
@@ -82,8 +84,9 @@ def migrate(
     source that is to be completed (``mode="a"``); ``mode="w"`` replaces it. Runs on
     the current dask scheduler and returns a :class:`MigrationReport`; with
     ``compute=False`` the metadata is written and ``(report, delayed)`` returned, the
-    ``dask.delayed`` copying the shards."""
-    import dask
+    ``dask.delayed`` copying the shards. ``progress=True``: a bar of the copy's tasks
+    while it computes (tqdm's auto mode; the cluster's progress under a default
+    ``distributed.Client``)."""
 
     draft = DraftStore.open(src, storage_options)
     if draft is None:
@@ -154,7 +157,7 @@ def migrate(
     delayed = copy_graph(plans, "shardwise-migrate", "shardwise-migrated", combine=done)
     if not compute:
         return report, delayed
-    dask.compute(delayed)
+    compute_with_progress(delayed, progress=progress, desc="migrate")
     return report
 
 

@@ -61,6 +61,7 @@ from shardwise.graph.copy import (
     recode_zlib,
     shards_to_fill,
 )
+from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.io.open import has_zarr_json
 from shardwise.io.sources import KINDS, Source, open_source
 from shardwise.io.stores import check_apart, check_replaceable, location
@@ -332,6 +333,7 @@ def reshard(
     target_options: dict[str, Any] | None = None,
     consolidated: bool = True,
     compute: bool = True,
+    progress: bool = False,
 ) -> Any:
     """Rewrite the arrays under ``group`` of ``src`` (Zarr v2, Zarr v3, or a store of the
     2022 draft; a path, URL or zarr ``Store``) as sharded Zarr v3 at ``dst``.
@@ -347,10 +349,12 @@ def reshard(
     ``consolidated``: write consolidated metadata, as ``ds.to_zarr`` does, so that
     ``xr.open_zarr(dst)`` reads one document.
 
+    ``progress=True``: a bar of the copy's tasks while it computes (tqdm's auto mode;
+    the cluster's progress under a default ``distributed.Client``).
+
     Returns a :class:`ReshardReport`; with ``compute=False`` the metadata is written and
     ``(report, delayed)`` is returned: computing the delayed (on any dask scheduler)
     writes the shards and gives the counts for ``report.add``."""
-    import dask
 
     if mode not in ("w-", "w"):
         raise WriteError("unknown mode", expected="'w-' or 'w'", found=repr(mode))
@@ -379,7 +383,7 @@ def reshard(
     report.shards = sum(len(t) for _, t in plans)
     if not compute:
         return report, delayed
-    (stats,) = dask.compute(delayed)
+    (stats,) = compute_with_progress(delayed, progress=progress, desc="reshard")
     return report.add(stats)
 
 

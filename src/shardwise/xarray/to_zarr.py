@@ -28,6 +28,7 @@ from shardwise.array.api import array_to_zarr, dask_call, is_array
 from shardwise.array.plan import data_write
 from shardwise.array.plan import independent_writers as plan_independent_writers
 from shardwise.errors import ArgumentError, ConflictError, ShardwiseError, WriteError
+from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import backoff, merge_sessions, retries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
@@ -206,6 +207,7 @@ def to_zarr(
     return_stored: bool = False,
     overwrite: bool | None = None,
     independent_writers: bool | None = None,
+    progress: bool = False,
     **zarr_array_kwargs: Any,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
@@ -259,6 +261,10 @@ def to_zarr(
         the array is written through ``dask.array.store`` (Zarr v2, variable-length
         strings), a write that would merge into an existing array is refused. ``False``:
         this job is the only writer; plain puts, the last one wins.
+    progress
+        Show a bar of the write's tasks while it computes (tqdm's auto mode: a widget in
+        a notebook, text on stderr in a terminal; the cluster's progress when a
+        ``distributed.Client`` is the default scheduler). Off by default, as dask's own.
 
     Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
     writes the data (the metadata is written already) and returns it.
@@ -298,7 +304,6 @@ def to_zarr(
         ``shape`` must be its shape). Without ``zarr_format``, a new store gets
         zarr-python's ``default_zarr_format`` setting. Chunks of size 0 own no shard.
     """
-    import dask
 
     guarded = plan_independent_writers(independent_writers)
     if is_array(obj):  # dask's spelling: component=, overwrite=, a zarr.Array target
@@ -360,6 +365,7 @@ def to_zarr(
             return_stored=return_stored,
             zarr_kwargs=zarr_array_kwargs,
             guarded=guarded,
+            progress=progress,
         )
     if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
         raise WriteError(
@@ -535,7 +541,9 @@ def to_zarr(
         return finish_graph(writes, _finish, zstore)
     try:
         if writes:
-            done = dask.compute(*writes, **(chunkmanager_store_kwargs or {}))
+            done = compute_with_progress(
+                *writes, progress=progress, desc="to_zarr", **(chunkmanager_store_kwargs or {})
+            )
             if fork is not None:
                 merge_into(session, done)
     finally:

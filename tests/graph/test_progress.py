@@ -1,0 +1,77 @@
+"""``progress=`` on to_zarr, reshard and migrate: a bar of the tasks while the write
+computes, from the local scheduler's callbacks or a distributed Client's reports; off by
+default (nothing on stderr)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import shardwise
+
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
+
+
+def done_of(err: str, desc: str) -> tuple[int, int]:
+    """The last ``done/total`` a tqdm bar of ``desc`` printed."""
+    found = re.findall(rf"{desc}: .*?(\d+)/(\d+)", err)
+    assert found, err
+    done, total = found[-1]
+    return int(done), int(total)
+
+
+def test_off_by_default_and_a_bar_when_asked(tmp_path, capsys):
+    x = da.arange(64, chunks=8, dtype="f4")
+    with dask.config.set(scheduler="threads"):
+        shardwise.to_zarr(x, str(tmp_path / "a.zarr"), path="v", shards=(16,), chunks=(8,))
+        assert capsys.readouterr().err == ""
+        shardwise.to_zarr(
+            x, str(tmp_path / "b.zarr"), path="v", shards=(16,), chunks=(8,), progress=True
+        )
+    done, total = done_of(capsys.readouterr().err, "to_zarr")
+    assert done == total > 0
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "b.zarr", path="v")[...], x)
+
+    ds = xr.Dataset({"v": ("t", x)})
+    with dask.config.set(scheduler="sync"):
+        shardwise.to_zarr(ds, tmp_path / "c.zarr", consolidated=False, progress=True)
+    done, total = done_of(capsys.readouterr().err, "to_zarr")
+    assert done == total > 0
+
+
+def test_reshard_and_migrate(tmp_path, capsys):
+    with dask.config.set(scheduler="threads"):
+        report = shardwise.reshard(
+            LEGACY / "compressors", tmp_path / "r.zarr", shards="auto", progress=True
+        )
+        assert report.shards > 0
+        done, total = done_of(capsys.readouterr().err, "reshard")
+        assert done == total > 0
+        shardwise.migrate(LEGACY / "sparse", tmp_path / "m.zarr", progress=True)
+        done, total = done_of(capsys.readouterr().err, "migrate")
+        assert done == total > 0
+
+
+@pytest.mark.slow
+def test_a_distributed_client_reports_progress(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        x = da.arange(64, chunks=8, dtype="f4")
+        shardwise.to_zarr(
+            x, str(tmp_path / "d.zarr"), path="v", shards=(16,), chunks=(8,), progress=True
+        )
+    done, total = done_of(capsys.readouterr().err, "to_zarr")
+    assert done == total > 0
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "d.zarr", path="v")[...], x)
