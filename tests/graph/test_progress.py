@@ -75,3 +75,22 @@ def test_a_distributed_client_reports_progress(tmp_path, capsys):
     done, total = done_of(capsys.readouterr().err, "to_zarr")
     assert done == total > 0
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "d.zarr", path="v")[...], x)
+
+
+def test_verify_and_inventory(tmp_path, capsys):
+    store = str(tmp_path / "v.zarr")
+    x = da.arange(96, chunks=8, dtype="f4").reshape(12, 8)
+    shardwise.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
+    capsys.readouterr()
+    assert shardwise.verify(store).ok
+    shardwise.inventory(store, "v")
+    assert capsys.readouterr().err == ""
+    assert shardwise.verify(store, progress=True).ok
+    assert done_of(capsys.readouterr().err, "verify") == (3, 3)
+    inv = shardwise.inventory(store, "v", progress=True)
+    assert done_of(capsys.readouterr().err, "inventory") == (3, 3)
+    with dask.config.set({"shardwise.inventory-batch": 1, "scheduler": "threads"}):
+        again = shardwise.inventory(store, "v", progress=True)  # a dask task per shard
+    done, total = done_of(capsys.readouterr().err, "inventory")
+    assert done == total >= 3
+    xr.testing.assert_identical(inv, again)

@@ -29,6 +29,7 @@ from shardwise.codecs import index_format_from_codecs
 from shardwise.format.grid import check_chunks_per_shard
 from shardwise.format.index import EMPTY, IndexFormat
 from shardwise.format.metadata import metadata_key
+from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.io.shard_index import Tally, read_shard_index
 
 if TYPE_CHECKING:
@@ -164,11 +165,14 @@ def _probe_batch(
     return result
 
 
-def probe(store: Any, info: ArrayInfo, found: Stored) -> list[tuple[Sizes | None, int]]:
+def probe(
+    store: Any, info: ArrayInfo, found: Stored, *, progress: bool = False
+) -> list[tuple[Sizes | None, int]]:
     """Per stored shard of ``found``: its inner chunks' stored sizes and the requests
     it took. In this process up to ``shardwise.inventory-batch`` shards, else one dask
     task per batch on the current scheduler; ``shardwise.inventory-concurrency``
-    requests in flight per batch."""
+    requests in flight per batch. ``progress``: a bar of the shards (in this process)
+    or of the tasks (see :func:`shardwise.graph.progress.compute`)."""
     import dask
     import dask.config
 
@@ -181,7 +185,17 @@ def probe(store: Any, info: ArrayInfo, found: Stored) -> list[tuple[Sizes | None
     if info.sharding is None and found.sizes is not None:
         batch = max(batch, len(items))  # no requests to make: no tasks either
     if len(items) <= batch:
-        return _probe_batch((store, info), items, concurrency)
+        if not progress:
+            return _probe_batch((store, info), items, concurrency)
+        from tqdm.auto import tqdm
+
+        out: list[tuple[Sizes | None, int]] = []
+        step = max(1, 4 * concurrency)  # (the bar moves between steps of reads)
+        with tqdm(total=len(items), desc="inventory", unit="shard") as bar:
+            for i in range(0, len(items), step):
+                out += _probe_batch((store, info), items[i : i + step], concurrency)
+                bar.update(len(items[i : i + step]))
+        return out
     token = uuid.uuid4().hex
     target = dask.delayed((store, info), name=f"shardwise-inventory-array-{token}")
     tasks = [
@@ -193,4 +207,5 @@ def probe(store: Any, info: ArrayInfo, found: Stored) -> list[tuple[Sizes | None
         )
         for i in range(0, len(items), batch)
     ]
-    return [r for part in dask.compute(*tasks) for r in part]
+    parts = compute_with_progress(*tasks, progress=progress, desc="inventory")
+    return [r for part in parts for r in part]

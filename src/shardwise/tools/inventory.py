@@ -191,6 +191,7 @@ def inventory(
     *,
     group: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> xr.Dataset:
     """The inner chunks of one array of ``store`` (a path, URL or zarr ``Store``):
     which are stored and how many bytes each takes, from one listing and one index read
@@ -221,7 +222,7 @@ def inventory(
     """
 
     src = open_source(store, group, storage_options)
-    return _inventory(src, select(src, variable))
+    return _inventory(src, select(src, variable), progress=progress)
 
 
 def totals(
@@ -267,10 +268,10 @@ def totals_of(src: Source, info: ArrayInfo) -> dict[str, Any]:
     return _attrs(src, info, found, probe(src.store, info, found))
 
 
-def _inventory(src: Source, info: ArrayInfo) -> xr.Dataset:
+def _inventory(src: Source, info: ArrayInfo, *, progress: bool = False) -> xr.Dataset:
     found = _found(src, info)
     _check_grid(info, found)
-    return _dataset(src, info, found, probe(src.store, info, found))
+    return _dataset(src, info, found, probe(src.store, info, found, progress=progress))
 
 
 def _check_grid(info: ArrayInfo, found: Stored) -> None:

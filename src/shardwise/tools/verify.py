@@ -24,6 +24,8 @@ when there is no Zarr v3 group or array to verify.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +138,7 @@ def verify(
     *,
     storage_options: dict[str, Any] | None = None,
     decode: bool = False,
+    progress: bool = False,
 ) -> VerifyReport:
     """Check every shard's index and checksums under ``group`` (and its subgroups) of
     ``store`` (a path, URL or zarr ``Store``); see the module docstring. Never raises for
@@ -174,11 +177,24 @@ def verify(
         )
     report.requests += 1 + len(docs)
     report.bytes_read += sum(len(raw) for raw in docs.values())
-    for key, raw in sorted(docs.items()):
-        array = _array_of(where.store, key, raw, report)
-        if array is not None:
-            _compat.sync(_verify_array(array, report, decode))
+    with _bar(progress) as bar:
+        for key, raw in sorted(docs.items()):
+            array = _array_of(where.store, key, raw, report)
+            if array is not None:
+                _compat.sync(_verify_array(array, report, decode, bar))
     return report
+
+
+@contextlib.contextmanager
+def _bar(progress: bool) -> Iterator[Any]:
+    """A tqdm bar of the shards checked (tqdm's auto mode), or None."""
+    if not progress:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=0, desc="verify", unit="shard") as bar:
+        yield bar
 
 
 def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
@@ -244,7 +260,9 @@ def _checks(reader: ArrayReader, decode: bool) -> tuple[bool, bool]:
     return decode or crc_last, crc_last and not decode
 
 
-async def _verify_array(reader: ArrayReader, report: VerifyReport, decode: bool) -> None:
+async def _verify_array(
+    reader: ArrayReader, report: VerifyReport, decode: bool, bar: Any = None
+) -> None:
     info = reader.info
     store = reader.store
     prefix = info.data_prefix
@@ -269,6 +287,9 @@ async def _verify_array(reader: ArrayReader, report: VerifyReport, decode: bool)
         stored.append(key)
     whole, crc_only = _checks(reader, decode)
     sharded = info.sharding is not None
+    if bar is not None:
+        bar.total += len(stored)
+        bar.refresh()
     if not sharded and not whole:
         return  # chunks with no checksum: nothing to check short of decode=True
     for i in range(0, len(stored), _BATCH):
@@ -283,6 +304,8 @@ async def _verify_array(reader: ArrayReader, report: VerifyReport, decode: bool)
                     report.problems.append(
                         Problem(info.name, key, error.chunk, type(error).__name__, str(error))
                     )
+            if bar is not None:
+                bar.update(len(batch))
             continue
         fetched = await asyncio.gather(*(_fetch(reader.store, key) for key in batch))
         for key, (data, requests) in zip(batch, fetched, strict=True):
@@ -292,6 +315,8 @@ async def _verify_array(reader: ArrayReader, report: VerifyReport, decode: bool)
             # in a thread: codecs decoded through zarr-python's pipeline call its sync(),
             # which refuses to run inside this event loop
             await asyncio.to_thread(_check, reader, report, key, shards[key], data, crc_only)
+            if bar is not None:
+                bar.update(1)
 
 
 async def _read_index(
