@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
+from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
 from shardwise.array.plan import (
     GridPlan,
     appended_grid,
@@ -41,11 +41,9 @@ from shardwise.array.plan import (
 from shardwise.array.read import from_zarr
 from shardwise.errors import ArgumentError, ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
-from shardwise.format.rectilinear import grid_of
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import backoff, retries
 from shardwise.graph.write import finish_graph
-from shardwise.io.conditional import Conditional, Version, conditional_path
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
 from shardwise.io.stores import write_grid
@@ -131,15 +129,15 @@ def array_to_zarr(
         )
     # an append that other jobs may make at the same time grows the array's zarr.json
     # only if it is unchanged since this call read it; else it reads again, and so
-    # appends after the other job's rows (see _grow_if)
-    guard = _append_guard(store, path, storage_options, mode, append_dim, session, guarded)
+    # appends after the other job's rows (see grow.grow_if)
+    guard = append_guard(store, path, storage_options, mode, append_dim, session, guarded)
     given_x = x
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
         for attempt in range(retries()):
             x = given_x
             # (the version first: were zarr-python to read a newer document, the
             # conditional put below would fail and this would run again)
-            version = None if guard is None else _metadata_version(guard)
+            version = None if guard is None else metadata_version(guard)
             existing = _existing(store, path, storage_options, mode, name)
             if existing is None:
                 if region is not None:
@@ -204,10 +202,10 @@ def array_to_zarr(
                 )
             elif new_shape != arr.shape:
                 if guard is None:
-                    arr = _grow(arr, new_shape, grown)
+                    arr = grow(arr, new_shape, grown)
                 else:
                     assert version is not None
-                    grown_arr = _grow_if(arr, new_shape, grown, guard, version)
+                    grown_arr = grow_if(arr, new_shape, grown, guard, version)
                     if grown_arr is None:  # another job appended first: read it again
                         if attempt + 1 < retries():
                             time.sleep(backoff(attempt))
@@ -742,76 +740,6 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
     dims = [f"axis {i}" for i in range(x.ndim)]
     rl.check_blocks(name, dims, x.chunks)
     return appended_grid(arr.metadata, name, dims, axis, x.chunks[axis])
-
-
-def _append_guard(
-    store: Any,
-    path: str,
-    storage_options: Any,
-    mode: str,
-    append_dim: int | None,
-    session: Any,
-    guarded: bool,
-) -> tuple[Conditional, str] | None:
-    """For an append that other jobs may make at the same time: the store's
-    conditional reads and puts, and the prefix of the array's keys in that store (its
-    metadata document is ``<prefix>zarr.json``, or ``.zarray``); None for any other
-    write (and in an Icechunk session, whose commit checks for conflicts)."""
-    if not guarded or append_dim is None or mode != "a" or session is not None:
-        return None
-    found = conditional_path(store, storage_options)
-    if found is None:
-        return None  # refused by check_guardable once the array is read, if it exists
-    base, guard = found
-    where = f"{base.path}/{path}".strip("/")
-    return guard, f"{where}/" if where else ""
-
-
-def _metadata_version(guard: tuple[Conditional, str]) -> tuple[str, Version]:
-    """The key of the array's metadata document (``zarr.json``, or ``.zarray`` for Zarr
-    v2) and the version it is now."""
-    conditional_store, prefix = guard
-    key = f"{prefix}zarr.json"
-    data, version = conditional_store.get(key)
-    if data is None:
-        v2 = f"{prefix}.zarray"
-        data, v2_version = conditional_store.get(v2)
-        if data is not None:
-            return v2, v2_version
-    return key, version
-
-
-def _grow_if(
-    arr: Any,
-    new_shape: tuple[int, ...],
-    edges: list[Any] | None,
-    guard: tuple[Conditional, str],
-    version: tuple[str, Version],
-) -> Any:
-    """:func:`_grow`, the metadata document (``zarr.json``, Zarr v2's ``.zarray``) put
-    only if it is still the version read: the grown array, or None when another job
-    changed it first (nothing written)."""
-    from zarr.buffer import default_buffer_prototype
-
-    changes: dict[str, Any] = {"shape": tuple(new_shape)}
-    if edges is not None:
-        changes["chunk_grid"] = grid_of(edges)
-    metadata = _compat.replace_metadata(arr.metadata, **changes)
-    key, expected = version
-    leaf = key.rsplit("/", 1)[-1]
-    document = metadata.to_buffer_dict(default_buffer_prototype())[leaf].to_bytes()
-    if not guard[0].put(key, document, expected):
-        return None
-    return _compat.array_with_metadata(arr, metadata)
-
-
-def _grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:
-    """The array resized for an append, with its new rectilinear grid if it has one."""
-
-    if edges is None:
-        arr.resize(new_shape)
-        return arr
-    return write_grid(arr, edges, new_shape)
 
 
 def _done(arr: Any, *_: Any) -> Any:

@@ -17,7 +17,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ABSENT", "DAMAGED", "MAX_CELLS", "STORED", "UNKNOWN", "esc", "grid_svg", "table"]
+from shardwise.format.metadata import ArrayInfo
+
+__all__ = [
+    "ABSENT",
+    "DAMAGED",
+    "MAX_CELLS",
+    "STORED",
+    "UNKNOWN",
+    "array_html",
+    "esc",
+    "grid_svg",
+    "table",
+]
 
 # the state of a shard (or of a block of shards: the highest of its shards')
 UNKNOWN = 0  # not looked at (an ArrayReader draws the grid without reading indexes)
@@ -187,3 +199,27 @@ def grid_svg(
         + "".join(texts)
         + "</svg>"
     )
+
+
+_DRAWN_SHARDS = 1_000_000  # an array's grid is drawn up to this many shards
+
+
+def array_html(info: ArrayInfo, store: Any) -> str:
+    """An ``ArrayReader``'s view: the array's table and its shard grid, drawn without
+    reading an index (``shardwise.shard_grid(shardwise.inventory(...))`` shows what is
+    stored). Grids of more than a million shards are not drawn."""
+    layout = info.layout
+    given = info.dimension_names or (None,) * info.ndim
+    names = tuple(f"axis {i}" if n is None else n for i, n in enumerate(given))
+    rows = [
+        ("array", info.name),
+        ("store", store),
+        ("shape", " x ".join(f"{n}: {s}" for n, s in zip(names, info.shape, strict=True))),
+        ("dtype", info.dtype),
+        ("shards", " x ".join(str(n) for n in layout.grid_shape)),
+    ]
+    nshards = math.prod(layout.grid_shape)
+    if nshards > _DRAWN_SHARDS or not info.ndim:
+        return table("shardwise.ArrayReader", rows, note=f"{nshards} shards: grid not drawn")
+    edges = [[d.shard_start(i) for i in range(d.nshards)] + [d.extent] for d in layout.dims]
+    return "<div>" + table("shardwise.ArrayReader", rows) + grid_svg(edges, names) + "</div>"

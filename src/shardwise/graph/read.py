@@ -43,10 +43,10 @@ import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
 from shardwise.io.cache import SUPPLIED
+from shardwise.io.reader import ArrayReader
 
 if TYPE_CHECKING:
     from shardwise.format.grid import DimGrid
-    from shardwise.io.reader import ArrayReader
 
 __all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array", "stored_reader"]
 
@@ -488,8 +488,6 @@ def stored_reader(x: Any) -> tuple[ArrayReader, str | None] | None:
     Every block of ``x`` then holds the values the reader reads for the block's place in
     the array."""
     from dask.task_spec import DataNode, Task, TaskRef
-
-    from shardwise.io.reader import ArrayReader
 
     graph = x.__dask_graph__()
     layers = getattr(graph, "layers", None)

@@ -16,6 +16,8 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store
 from zarr.storage import WrapperStore
 
+from shardwise.errors import ConflictError
+
 __all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore"]
 
 
@@ -235,8 +237,6 @@ class GuardedOverlay(OverlayStore):
         put finds its object changed (nothing was put); a later conflict, unless the
         object now holds what this would put, raises :class:`~shardwise.errors.ConflictError` naming
         what was put already. Returns the keys put."""
-        from shardwise.errors import ConflictError
-
         # arrays' documents first (the first put must be a conditional one, of what
         # the try read), then the groups' and the other metadata, then the rest
         keys = sorted(self._written, key=lambda k: (_rank(k, self._written[k]), k))

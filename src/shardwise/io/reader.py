@@ -46,6 +46,7 @@ from shardwise.format.grid import (
     check_chunks_per_shard,
     out_len,
 )
+from shardwise.format.html import array_html
 from shardwise.format.index import EMPTY
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
 from shardwise.format.rectilinear import enabled
@@ -211,27 +212,8 @@ class ArrayReader:
         return f"<shardwise.ArrayReader {self.info.name} shape={self.shape} of {self.store}>"
 
     def _repr_html_(self) -> str:
-        """A notebook's view: the array's table and its shard grid (drawn without
-        reading an index: ``shardwise.shard_grid(shardwise.inventory(...))`` shows what
-        is stored). Grids of more than a million shards are not drawn."""
-        from shardwise.format.html import grid_svg, table
-
-        info = self.info
-        layout = info.layout
-        given = info.dimension_names or (None,) * info.ndim
-        names = tuple(f"axis {i}" if n is None else n for i, n in enumerate(given))
-        rows = [
-            ("array", info.name),
-            ("store", self.store),
-            ("shape", " x ".join(f"{n}: {s}" for n, s in zip(names, info.shape, strict=True))),
-            ("dtype", info.dtype),
-            ("shards", " x ".join(str(n) for n in layout.grid_shape)),
-        ]
-        nshards = math.prod(layout.grid_shape)
-        if nshards > 1_000_000 or not info.ndim:
-            return table("shardwise.ArrayReader", rows, note=f"{nshards} shards: grid not drawn")
-        edges = [[d.shard_start(i) for i in range(d.nshards)] + [d.extent] for d in layout.dims]
-        return "<div>" + table("shardwise.ArrayReader", rows) + grid_svg(edges, names) + "</div>"
+        """A notebook's view (:func:`~shardwise.format.html.array_html`)."""
+        return array_html(self.info, self.store)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ShardwiseError
+from shardwise.format.html import esc, table
 from shardwise.io.sources import open_source
 from shardwise.tools._text import (
     byte_size,
@@ -159,8 +160,6 @@ class Info:
 
     def _repr_html_(self) -> str:
         """A notebook's view: the hierarchy's table, then a row per array."""
-        from shardwise.format.html import esc, table
-
         stored_ = self.stored_bytes
         head = table(
             "shardwise info",

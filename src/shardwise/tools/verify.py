@@ -34,6 +34,7 @@ import numpy as np
 import shardwise._compat as _compat
 from shardwise.codecs import Context, ShardDecoder, verify_crc32c
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
+from shardwise.format.html import esc, table
 from shardwise.format.index import EMPTY
 from shardwise.format.metadata import metadata_key, read_document
 from shardwise.io.draft import DraftStore, is_draft_root
@@ -83,8 +84,6 @@ class VerifyReport:
 
     def _repr_html_(self) -> str:
         """A notebook's view: the counts, then a row per problem and stray key."""
-        from shardwise.format.html import esc, table
-
         head = table(
             "shardwise verify: " + ("all good" if self.ok else f"{len(self.bad_keys)} bad keys"),
             [
