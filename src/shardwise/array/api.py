@@ -11,7 +11,6 @@ with the fan-out graph of :mod:`shardwise.graph.read`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,7 +41,7 @@ from shardwise.array.read import from_zarr
 from shardwise.errors import ArgumentError, ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.progress import compute as compute_with_progress
-from shardwise.graph.tasks import backoff, retries
+from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
@@ -133,7 +132,7 @@ def array_to_zarr(
     guard = append_guard(store, path, storage_options, mode, append_dim, session, guarded)
     given_x = x
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
-        for attempt in range(retries()):
+        for _ in tries():
             x = given_x
             # (the version first: were zarr-python to read a newer document, the
             # conditional put below would fail and this would run again)
@@ -207,8 +206,6 @@ def array_to_zarr(
                     assert version is not None
                     grown_arr = grow_if(arr, new_shape, grown, guard, version)
                     if grown_arr is None:  # another job appended first: read it again
-                        if attempt + 1 < retries():
-                            time.sleep(backoff(attempt))
                         continue
                     arr = grown_arr
             break

@@ -20,6 +20,7 @@ import itertools
 import math
 import random
 import time
+from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
@@ -45,6 +46,7 @@ __all__ = [
     "merge_sessions",
     "pick",
     "retries",
+    "tries",
     "session_of",
     "write_shard",
 ]
@@ -270,8 +272,8 @@ def write_shard(
         return target.session()
 
     expected: Version | None = ABSENT if target.fresh else None
-    tries = retries()
-    for attempt in range(tries):
+    count = retries()
+    for _ in tries(count):
         blob = None  # (a shard the array was just created without)
         if expected is None:
             data, expected = target.fetch_versioned(shard)
@@ -283,12 +285,10 @@ def write_shard(
             return target.session()
         _CONFLICTS[0] += 1
         expected = None
-        if attempt + 1 < tries:
-            time.sleep(backoff(attempt))
     raise ConflictError(
         "another job kept changing a shard this write merges into",
         expected="the shard unchanged between reading it and putting it back merged",
-        found=f"it changed every time, {tries} tries",
+        found=f"it changed every time, {count} tries",
         array=target.info.name,
         key=target.info.key(shard),
         advice="Nothing of this shard was half-written. Run the write again (it is "
@@ -321,6 +321,17 @@ def retries() -> int:
             advice="Set it with dask.config.set({'shardwise.write-retries': 100}).",
         )
     return value
+
+
+def tries(count: int | None = None) -> Iterator[int]:
+    """The tries of an optimistic write, ``0`` to ``count - 1`` (default
+    :func:`retries`), with the pause of :func:`backoff` before each try after the
+    first: a loop over them ends with a success (``break``, ``return``) or runs out."""
+    count = retries() if count is None else count
+    for attempt in range(count):
+        if attempt:
+            time.sleep(backoff(attempt - 1))
+        yield attempt
 
 
 def backoff(attempt: int) -> float:

@@ -17,7 +17,6 @@ types, modes) are :mod:`shardwise.array.plan`'s.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -40,7 +39,7 @@ from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
-from shardwise.graph.tasks import backoff, retries
+from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import FIXED_KINDS
 from shardwise.io.conditional import conditional_path
 from shardwise.io.open import store_path
@@ -530,7 +529,7 @@ class AppendTransaction:
         consolidation put holds every append committed before it."""
         import zarr
 
-        for attempt in range(retries()):
+        for _ in tries():
             view = self.view()
             for leaf in ("zarr.json", ".zmetadata"):  # (their versions, for the commit)
                 _compat.sync(view.store.get(_join(view.path, leaf), default_buffer_prototype()))
@@ -539,8 +538,7 @@ class AppendTransaction:
                 view.store.commit()
                 return
             except CommitConflict:
-                if attempt + 1 < retries():
-                    time.sleep(backoff(attempt))
+                continue
         raise ConflictError(
             "other jobs kept consolidating the store's metadata",
             expected="the group's metadata document unchanged while it was consolidated",

@@ -18,7 +18,6 @@ the store untouched; and ``mode="w"`` refuses to replace a store the data is rea
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -29,7 +28,7 @@ from shardwise.array.plan import data_write
 from shardwise.array.plan import independent_writers as plan_independent_writers
 from shardwise.errors import ArgumentError, ConflictError, ShardwiseError, WriteError
 from shardwise.graph.progress import compute as compute_with_progress
-from shardwise.graph.tasks import backoff, merge_sessions, retries
+from shardwise.graph.tasks import merge_sessions, retries, tries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
 from shardwise.io.reader import ArrayReader
@@ -426,7 +425,7 @@ def to_zarr(
     txn = append_transaction(store, storage_options, mode, append_dim, session, guarded)
     as_given = (ds, encoding, mode)
     with rl.enabled():  # zarr-python's flag, for this call only
-        for attempt in range(retries() if txn is not None else 1):
+        for _ in tries() if txn is not None else range(1):
             ds, encoding, mode = as_given
             try:
                 mode, ds, encoding, existing, zarr_format, grids = validate(
@@ -503,8 +502,7 @@ def to_zarr(
                     capture.items,
                 )
                 break
-            if attempt + 1 < retries():
-                time.sleep(backoff(attempt))  # another job appended first: plan again
+            # (another job appended first: plan again, after a pause)
         else:
             raise ConflictError(
                 "other jobs kept appending to the dataset",
