@@ -207,7 +207,6 @@ class GuardedOverlay(OverlayStore):
         self.guard = guard
         self.prefix = prefix  # where the wrapped store's keys are, for the guard
         self._versions: dict[str, Any] = {}
-        self._read: dict[str, bytes] = {}  # the metadata documents as read
         self._snapshot: dict[str, bytes | None] = {}  # every object as first read
 
     async def get(
@@ -223,8 +222,6 @@ class GuardedOverlay(OverlayStore):
             data = None if data is None else bytes(data)
             self._versions[key] = version
             self._snapshot[key] = data
-            if data is not None and key.endswith("zarr.json"):
-                self._read[key] = data
         if data is None:
             return None
         return _slice(prototype.buffer.from_bytes(data), byte_range)
@@ -243,7 +240,7 @@ class GuardedOverlay(OverlayStore):
         done: list[str] = []
         for key in keys:
             data = self._written[key].to_bytes()
-            if self._read.get(key) == data:
+            if key.endswith("zarr.json") and self._snapshot.get(key) == data:
                 continue  # written back unchanged (xarray rewrites a group's attributes)
             # (an object the try never read was written whole, whatever it held: a
             # plain put; zarr-python reads what it merges into, and checks what it

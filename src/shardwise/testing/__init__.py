@@ -12,7 +12,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -160,28 +160,32 @@ class CountingStore(WrapperStore[Store]):
     def __shardwise_conditional__(self) -> Conditional | None:
         """The wrapped store's conditional reads and puts, counted here too."""
         inner = conditional(self._store)
-        return None if inner is None else _CountedConditional(inner, self.log)
+        log = self.log
+        return (
+            None if inner is None else _PassedOn(inner, lambda op, key: log.add(Request(op, key)))
+        )
 
 
-class _CountedConditional(Conditional):
-    """A store's conditional reads and puts, each recorded in a :class:`RequestLog`."""
+class _PassedOn(Conditional):
+    """A wrapped store's conditional reads and puts, each announced first to
+    ``before(op, key)`` (``op``: "get", "set" or "delete"): counted, or delayed."""
 
-    def __init__(self, inner: Conditional, log: RequestLog) -> None:
+    def __init__(self, inner: Conditional, before: Callable[[str, str], None]) -> None:
         self.inner = inner
-        self.log = log
+        self.before = before
         self.kind = inner.kind
         self.plain_puts_here = inner.plain_puts_here
 
     def get(self, key: str) -> tuple[Any, Version]:
-        self.log.add(Request("get", key))
+        self.before("get", key)
         return self.inner.get(key)
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        self.log.add(Request("set", key))
+        self.before("set", key)
         return self.inner.put(key, data, expected)
 
     def delete(self, key: str) -> None:
-        self.log.add(Request("delete", key))
+        self.before("delete", key)
         self.inner.delete(key)
 
 
@@ -233,7 +237,8 @@ class LatencyStore(WrapperStore[Store]):
     def __shardwise_conditional__(self) -> Conditional | None:
         """The wrapped store's conditional reads and puts, each after the delay."""
         inner = conditional(self._store)
-        return None if inner is None else _DelayedConditional(inner, self.delay)
+        delay = self.delay
+        return None if inner is None else _PassedOn(inner, lambda op, key: time.sleep(delay))
 
     async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
         o = self.overlap
@@ -287,25 +292,3 @@ class LatencyStore(WrapperStore[Store]):
         await self._wait()
         async for key in self._store.list_dir(prefix):
             yield key
-
-
-class _DelayedConditional(Conditional):
-    """A store's conditional reads and puts, each after ``delay`` seconds."""
-
-    def __init__(self, inner: Conditional, delay: float) -> None:
-        self.inner = inner
-        self.delay = delay
-        self.kind = inner.kind
-        self.plain_puts_here = inner.plain_puts_here
-
-    def get(self, key: str) -> tuple[Any, Version]:
-        time.sleep(self.delay)
-        return self.inner.get(key)
-
-    def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        time.sleep(self.delay)
-        return self.inner.put(key, data, expected)
-
-    def delete(self, key: str) -> None:
-        time.sleep(self.delay)
-        self.inner.delete(key)
