@@ -52,15 +52,19 @@ def one_writer(repeats: int) -> None:
     dask.config.set(scheduler="synchronous")
     shape, shards, inner = (4000, 256), (100, 256), (20, 256)
 
-    def fresh(path: Path) -> None:
+    def zeros(path: Path, rows: int) -> None:
+        """A new array of ``rows`` rows of zeros (nothing stored) at ``path``."""
         shardwise.to_zarr(
-            da.zeros(shape, chunks=shards),
+            da.zeros((rows, shape[1]), chunks=(max(rows, 1), shape[1])),
             str(path),
             path="v",
             shards=shards,
             chunks=inner,
             mode="w",
         )
+
+    def fresh(path: Path) -> None:
+        zeros(path, shape[0])
 
     def regions(path: Path, guarded: bool) -> None:
         for i in range(400):
@@ -74,14 +78,7 @@ def one_writer(repeats: int) -> None:
             )
 
     def appends(path: Path, guarded: bool) -> None:
-        shardwise.to_zarr(
-            da.zeros((0, shape[1]), chunks=(1, shape[1])),
-            str(path),
-            path="v",
-            shards=shards,
-            chunks=inner,
-            mode="w",
-        )
+        zeros(path, 0)
         for i in range(100):
             x = da.full((7, shape[1]), float(i), chunks=7)
             shardwise.to_zarr(x, str(path), path="v", append_dim=0, independent_writers=guarded)
@@ -89,14 +86,7 @@ def one_writer(repeats: int) -> None:
     big = (32768, 256)
 
     def empty_big(path: Path) -> None:
-        shardwise.to_zarr(
-            da.zeros(big, chunks=shards),
-            str(path),
-            path="v",
-            shards=shards,
-            chunks=inner,
-            mode="w",
-        )
+        zeros(path, big[0])
 
     def whole(path: Path, guarded: bool) -> None:
         x = da.random.default_rng(0).random(big, chunks=shards)
