@@ -1,16 +1,23 @@
 # Two commands do all the set-up on a fresh machine with Python 3.12:
 #   make demo   write a sharded dataset and read it back on a local dask cluster
-#   make test   lint (ruff), type-check (mypy) and run the whole test suite
+#   make test   lint (ruff), type-check (mypy), build the docs site and run the whole test
+#               suite, the site in headless Chromium included; then the fast part of the
+#               suite on Python 3.13 and on the lowest versions pyproject declares
+#               (test-3.13 and test-lowest below)
 # Both create .venv with Python 3.12: the demo installs shardwise alone (its runtime
 # dependencies), the tests add the test extras.
 
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
+# Python 3.13 for test-3.13: on PATH, else pyenv's (a pyenv shim refuses a version that the
+# directory's .python-version does not name)
+PYTHON313 ?= $(shell for p in $$(command -v python3.13) $$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && echo "$$p" && break; done)
 VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs docs-serve bench bench-scaling clean
+.PHONY: demo test test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "shardwise needs Python >= 3.12, found " + sys.version.split()[0] + " at " + sys.executable)'
@@ -34,8 +41,60 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-test: lint docs
+test: test-main test-3.13 test-lowest
+
+# the whole suite on the newest versions, with the notebooks and the built site in Chromium
+test-main: lint docs chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The promises pyproject makes, tested: the fast part of the suite (no slow cases, no
+# notebooks, no packaging, site or command-line checks, not dask's and xarray's own
+# suites, which are the newest releases' tests) on Python 3.13 with the newest releases,
+# and on the lowest versions of the dependencies it declares (.ci/lowest.py pins them).
+FAST := tests -m "not slow" -o addopts="-ra --strict-markers" -p no:cacheprovider \
+	--ignore=tests/test_packaging.py --ignore=tests/test_site.py --ignore=tests/cli \
+	--ignore=tests/array/test_dask_suite.py --ignore=tests/xarray/test_xarray_suite.py
+LOWEST := .venv-lowest
+PY313 := .venv-3.13
+
+test-lowest: $(LOWEST)/.installed
+	$(LOWEST)/bin/python -m pytest $(FAST) $(PYTEST_ARGS)
+
+# two steps: the declared dependencies at their floors first, then the test tools held to
+# what that installed (one step sends pip's resolver backtracking through moto's history)
+$(LOWEST)/.installed: pyproject.toml .ci/lowest.py
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LOWEST)/bin/python .ci/lowest.py pyproject.toml > $(LOWEST)/lowest.txt
+	$(LOWEST)/bin/python -m pip install --quiet --only-binary=:all: -c $(LOWEST)/lowest.txt \
+		-e '.[s3,icechunk]' 's3fs[boto3]'
+	$(LOWEST)/bin/python -m pip freeze --exclude-editable > $(LOWEST)/floor.txt
+	$(LOWEST)/bin/python -m pip install --quiet --only-binary=:all: -c $(LOWEST)/floor.txt \
+		-e '.[suite]'
+	touch $@
+
+test-3.13:
+	@if [ -z "$(PYTHON313)" ]; then \
+		if [ -n "$$CI" ]; then echo "no Python 3.13 found (PYTHON313=...)"; exit 1; fi; \
+		echo "no Python 3.13 found: the Python 3.13 run is skipped (set PYTHON313=...)"; \
+	else $(MAKE) --no-print-directory $(PY313)/.installed && \
+		$(PY313)/bin/python -m pytest $(FAST) $(PYTEST_ARGS); fi
+
+$(PY313)/.installed: pyproject.toml
+	rm -rf $(PY313)
+	$(PYTHON313) -m venv $(PY313)
+	$(PY313)/bin/python -m pip install --quiet --upgrade pip
+	$(PY313)/bin/python -m pip install --quiet -e '.[suite]'
+	touch $@
+
+# Debian's Chromium for the site check (tests/test_site.py), installed when missing and
+# this is root on a Debian machine; elsewhere the check is skipped (but under CI=true)
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
+		echo "no Chromium: the site check is skipped"
 
 # the documentation site (MkDocs + Material + mkdocstrings + mkdocs-jupyter) into site/,
 # warnings as errors; the notebooks are executed as part of the build
@@ -65,4 +124,4 @@ bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py
 
 clean:
-	rm -rf $(VENV) demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LOWEST) $(PY313) demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -3,9 +3,10 @@
 Every name here is internal to the library it comes from: not in its documentation, or
 documented only under a private module. ``_WHERE`` says, for each, where it lives, what
 shardwise uses it for, the versions it was checked against and the public API to move to
-once there is one. Checked against zarr 3.4.2, dask 2026.8.0 and xarray 2026.9.0 (the
-floors pyproject declares are zarr 3.2, dask 2025.1, xarray 2025.6). A private API that
-has gained a public home is imported from that home where it is used, not from here
+once there is one. Checked against zarr 3.4.2, dask 2026.8.0 and xarray 2026.9.0, and
+(``make test-lowest``) the floors pyproject declares: zarr 3.4.2, dask 2025.9, xarray
+2026.9. A private API that has gained a public home is imported from that home where
+it is used, not from here
 (``zarr.buffer.default_buffer_prototype``, ``zarr.abc.buffer.Buffer``,
 ``dask.task_spec.Task``, ``xarray.backends.ZarrStore``, ...).
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from xarray.core.utils import FrozenDict as FrozenDict
     from xarray.core.utils import close_on_error as close_on_error
     from xarray.namedarray.pycompat import is_chunked_array as is_chunked_array
+    from zarr.codecs import ShardingCodec
     from zarr.core.array_spec import ArrayConfig as ArrayConfig
     from zarr.core.array_spec import ArraySpec as ArraySpec
     from zarr.core.group import GroupMetadata as GroupMetadata
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
 
 # name: (module, attribute in it)
 _WHERE: dict[str, tuple[str, str]] = {
-    # --- zarr-python: zarr 3.2 (the floor) to 3.4.2 -----------------------------------
+    # --- zarr-python: 3.4.2 (the floor; these names are in 3.2-3.4.1 too) -----------------
     # Runs a coroutine on zarr's I/O event loop from synchronous code; every store request
     # shardwise makes outside a task's own loop goes through it. Public: none
     # (zarr.api.synchronous wraps its calls in it without exporting it).
@@ -95,7 +97,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     # The block-location argument of a Blockwise layer (what map_blocks' block_info is
     # built from). Public: none (map_blocks with block_info).
     "ArraySliceDep": ("dask.layers", "ArraySliceDep"),
-    # --- xarray: 2026.9.0 -----------------------------------------------------------------
+    # --- xarray: 2026.9.0 (the floor) -------------------------------------------------------
     # explicit_indexing_adapter, async_explicit_indexing_adapter, IndexingSupport,
     # LazilyIndexedArray, ImplicitToExplicitIndexingAdapter, OuterIndexer: what a backend
     # array is indexed and wrapped with. Documented for backends (how-to-add-new-backend)
@@ -151,13 +153,13 @@ def __getattr__(name: str) -> Any:
 
 def lazy_data(obj: Any) -> Any:
     """A Variable's lazily indexed array (``Variable._data``; ``.data`` would load it),
-    or ``obj`` itself when it has none. xarray 2025.6-2026.9.0. Public: none."""
+    or ``obj`` itself when it has none. xarray 2026.9.0. Public: none."""
     return getattr(obj, "_data", obj)
 
 
 def closer(ds: Any) -> Callable[[], None] | None:
     """The close callback of a Dataset a backend opened (``Dataset._close``), to hand to
-    another Dataset's ``set_close``. xarray 2025.6-2026.9.0. Public: none
+    another Dataset's ``set_close``. xarray 2026.9.0. Public: none
     (``Dataset.close`` closes and forgets it)."""
     close: Callable[[], None] | None = ds._close
     return close
@@ -166,14 +168,14 @@ def closer(ds: Any) -> Callable[[], None] | None:
 def validate_region(zstore: Any, ds: Any) -> Any:
     """``ds`` with its ``region`` worked out and checked against the arrays ``zstore``
     (a writable ``xarray.backends.ZarrStore``) opened, as ``Dataset.to_zarr`` does before
-    writing (``ZarrStore._validate_and_autodetect_region``). xarray 2025.6-2026.9.0.
+    writing (``ZarrStore._validate_and_autodetect_region``). xarray 2026.9.0.
     Public: none (``Dataset.to_zarr(region="auto")`` does it and writes)."""
     return zstore._validate_and_autodetect_region(ds)
 
 
 def validate_encoding(zstore: Any, encoding: Any) -> None:
     """Refuse an ``encoding`` for variables that exist in ``zstore`` already, as
-    ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2025.6-2026.9.0.
+    ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2026.9.0.
     Public: none."""
     zstore._validate_encoding(encoding)
 
@@ -210,6 +212,41 @@ def codec_sync_method(codec: Any, direction: str) -> Any:
     return method
 
 
+def literal(value: Any) -> Any:
+    """A zarr-python codec setting as the string the Zarr spec names it by (``"little"``,
+    ``"end"``, ...), None and other values as they are. zarr 3.4 holds the strings; zarr
+    3.2 and 3.3 hold enums (``Endian``, ``ShardingCodecIndexLocation``, ``BloscShuffle``,
+    ``BloscCname``) that neither equal the string (``Endian.big == "big"`` is False) nor
+    print as it (``str(Endian.big)`` is ``"Endian.big"``): compared as they are, every
+    multi-byte value would be read in the wrong byte order and every index at the start
+    read from the end. Public: the configuration of ``codec.to_dict()``."""
+    return getattr(value, "value", value)
+
+
+def from_dict(cls: Any, doc: dict[str, Any], path: str) -> Any:
+    """``cls.from_dict(doc)`` for zarr-python's metadata classes, naming the node
+    (``path=``) where zarr-python takes it: zarr 3.4.2 names it in the warnings its
+    parsers give, zarr 3.2-3.4.1 take the document alone. Public: none."""
+    import inspect
+
+    if "path" in inspect.signature(cls.from_dict).parameters:
+        return cls.from_dict(doc, path=path)
+    return cls.from_dict(doc)
+
+
+def sharding_codec(metadata: Any) -> ShardingCodec | None:
+    """The sharding codec of Zarr v3 array metadata (an ``ArrayV3Metadata``), or None
+    for an unsharded array: what ``ArrayV3Metadata.sharding_codec`` gives from zarr 3.4
+    on (zarr 3.2 and 3.3 lack it, and zarr marks it for moving to the Array class).
+    Public: none."""
+    from zarr.codecs import ShardingCodec
+
+    codecs = metadata.codecs
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        return codecs[0]
+    return None
+
+
 def replace_metadata(metadata: Any, **changes: Any) -> Any:
     """``metadata`` (an ``ArrayV3Metadata``, a frozen dataclass) with ``changes`` made
     (``dataclasses.replace``; its ``__init__`` checks them again: the chunk grid against
@@ -242,7 +279,7 @@ async def s3fs_client(fs: Any, bucket: str) -> Any:
     """The aiobotocore S3 client an s3fs filesystem sends ``bucket``'s requests with
     (``set_session``, ``get_s3``), for ``GetObject`` with its ETag and ``PutObject``
     with ``If-Match`` / ``If-None-Match`` and their 412/409 answers, which s3fs's own
-    calls turn into ``OSError``s without the status. s3fs 2025.1-2026.9. Public:
+    calls turn into ``OSError``s without the status. s3fs 2025.2-2026.9. Public:
     ``fs.pipe_file(..., mode="create")`` (``If-None-Match`` only; no ``If-Match``, no
     ETag of what ``cat_file`` returned)."""
     await fs.set_session()

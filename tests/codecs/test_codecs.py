@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import enum
+
 import numcodecs
 import numpy as np
 import pytest
 import zarr
-from zarr.codecs import BytesCodec, GzipCodec, ZstdCodec
+from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
+import shardwise._compat as _compat
 from shardwise import CorruptShardError
-from shardwise.codecs import ChunkDecoder, decoded_size
+from shardwise.codecs import ChunkDecoder, ChunkEncoder, decoded_size
+from shardwise.codecs._index import index_format_from_codecs
 
 zstandard = pytest.importorskip("zstandard")
 
@@ -78,6 +82,41 @@ def test_big_endian_chunks_come_out_native():
     out = dec.decode(numcodecs.Zstd().encode(np.array([1, 2, 3], dtype=">i4")), scratch=True)
     assert out.dtype == np.dtype("i4") and out.dtype.isnative
     np.testing.assert_array_equal(out, [1, 2, 3])
+
+
+class OldEnum(enum.Enum):
+    """How zarr 3.2 and 3.3 hold codec settings (``Endian``, ``ShardingCodecIndexLocation``):
+    enums that neither equal nor print as the spec's strings."""
+
+    little = "little"
+    big = "big"
+    start = "start"
+    end = "end"
+
+
+def as_in_zarr_3_2(codec, **settings):
+    for name, value in settings.items():
+        object.__setattr__(codec, name, value)  # a frozen dataclass, as zarr 3.2 made it
+    return codec
+
+
+@pytest.mark.parametrize("order", ["little", "big"])
+def test_settings_held_as_enums_are_read_by_their_value(order):
+    assert OldEnum[order] != order  # what comparing them as they are gets wrong
+    stored = np.dtype("<i4" if order == "little" else ">i4")
+    zdtype = zarr.core.dtype.parse_dtype(np.dtype("i4"), zarr_format=3)
+    codec = as_in_zarr_3_2(BytesCodec(endian=order), endian=OldEnum[order])
+    dec = ChunkDecoder([codec, ZstdCodec()], (3,), zdtype, 0)
+    out = dec.decode(numcodecs.Zstd().encode(np.array([1, 2, 3], dtype=stored)), scratch=True)
+    np.testing.assert_array_equal(out, [1, 2, 3])
+    enc = ChunkEncoder([codec, ZstdCodec()], (3,), zdtype, 0)
+    raw = numcodecs.Zstd().decode(enc.encode(np.array([1, 2, 3], dtype="i4")))
+    np.testing.assert_array_equal(np.frombuffer(raw, stored), [1, 2, 3])
+    for where in ("start", "end"):
+        fmt = index_format_from_codecs(
+            [codec, Crc32cCodec()], (2,), _compat.literal(OldEnum[where])
+        )
+        assert (fmt.location, fmt.endian, fmt.checksum) == (where, order, True)
 
 
 def one_chunk_array(path, codecs):

@@ -46,7 +46,7 @@ from zarr.core.dtype import Float64, UInt8
 
 import shardwise
 from shardwise import ArrayReader, CorruptShardError, ReadOptions, TruncatedShardError
-from shardwise.codecs import ChunkDecoder, ShardDecoder
+from shardwise.codecs import ChunkDecoder, ShardDecoder, decoded_size
 from shardwise.codecs._decompress import compressed_bound
 from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat
 from shardwise.testing import CountingStore
@@ -565,7 +565,11 @@ def test_any_frame_decodes_to_the_chunk_size_or_is_a_corrupt_chunk(data) -> None
         assert payload is None or len(payload) != expected, f"refused a good frame: {e}"
     else:
         if payload is not None and len(payload) == expected:
-            assert done and dest.tobytes() == payload
+            # a good chunk decodes in place, but where its first zstd frame declares less
+            # than the chunk (several frames): then decode_into declines, as documented
+            first = decoded_size("zstd", frame) if codec == "zstd" else None
+            declines = first is not None and first < expected
+            assert (done and dest.tobytes() == payload) or (declines and not done)
         if not done:
             assert (dest == 0xAA).all()
 

@@ -94,3 +94,10 @@ def test_verify_and_inventory(tmp_path, capsys):
     done, total = done_of(capsys.readouterr().err, "inventory")
     assert done == total >= 3
     xr.testing.assert_identical(inv, again)
+
+
+def test_verify_of_a_draft_store(capsys):
+    report = shardwise.verify(LEGACY / "compressors", progress=True)
+    assert report.ok, report
+    done, total = done_of(capsys.readouterr().err, "verify")
+    assert done == total == report.shards > 0

@@ -273,6 +273,7 @@ def test_verify_finds_damage_in_a_draft_store(tmp_path):
     assert shardwise.verify(path).ok  # the index is fine
     report = shardwise.verify(path, decode=True)
     assert [p.key for p in report.problems] == ["data/root/zstd/c0/0"]
+    assert report.damaged_shards("zstd") == [(0, 0)] and report.damaged_shards("gzip") == []
     other = path / "data/root/gzip/c1/1"
     other.write_bytes(other.read_bytes()[:-10])  # the index cut short
     bad = shardwise.verify(path)

@@ -122,3 +122,21 @@ def test_reprs_of_info_verify_and_reader(tmp_path):
     victim.write_bytes(victim.read_bytes()[:-5])
     page = shardwise.verify(store)._repr_html_()
     assert "bad keys" in page and "c/0/0" in page
+    for view in (info, report, reader, shardwise.verify(store)):  # the site check finds them
+        assert view._repr_html_().startswith('<div class="shardwise-repr">')
+
+
+def test_a_verify_report_marks_its_shards_damaged(tmp_path):
+    store = sparse_array(tmp_path)
+    other = sparse_array(tmp_path, name="w")  # the same store, another array
+    for key in ("v/c/1/1", "w/c/0/0"):
+        victim = store / key
+        raw = bytearray(victim.read_bytes())
+        raw[3] ^= 0xFF  # the first inner chunk's zstd frame (its index is whole)
+        victim.write_bytes(bytes(raw))
+    report = shardwise.verify(other, decode=True)
+    assert report.damaged_shards("v") == [(1, 1)] and report.damaged_shards("/w") == [(0, 0)]
+    grid = shardwise.shard_grid(shardwise.inventory(store, "w"), report)
+    fills = [c.get("fill") for c in rects(grid.svg())]
+    assert fills[0] == "#d62728" and fills.count("#d62728") == 1
+    assert "damaged shards" in grid._repr_html_()

@@ -196,7 +196,7 @@ def appended_grid(
     grid = metadata.chunk_grid
     if isinstance(grid, _compat.RectilinearChunkGridMetadata):
         old = tuple(grid.chunk_shapes)
-    elif dask_shards and metadata.sharding_codec is not None:
+    elif dask_shards and _compat.sharding_codec(metadata) is not None:
         old = tuple(grid.chunk_shape)
     else:
         return None

@@ -109,7 +109,7 @@ class ChunkDecoder(ChunkCodec):
             encoded_shape = tuple(encoded_shape[i] for i in t.order)
         steps: list[Callable[[Any, Context], Any]] | None
         if isinstance(array_bytes, BytesCodec):
-            endian = array_bytes.endian
+            endian = _compat.literal(array_bytes.endian)
             stored = self.dtype
             if self.dtype.itemsize > 1 and endian is not None:
                 stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
@@ -337,7 +337,10 @@ class ShardDecoder:
         self.inner_shape = inner
         self.chunks_per_shard = tuple(s // c for s, c in zip(shard_shape, inner, strict=True))
         self.index = index_format_from_codecs(
-            codec.index_codecs, self.chunks_per_shard, codec.index_location, array=array
+            codec.index_codecs,
+            self.chunks_per_shard,
+            _compat.literal(codec.index_location),
+            array=array,
         )
         self.chunk = ChunkDecoder(codec.codecs, inner, zdtype, fill_value, array=array)
         self.fill_value = fill_value

@@ -68,8 +68,9 @@ class ChunkEncoder(ChunkCodec):
                 orders.append(tuple(codec.order))
             elif stored is None and isinstance(codec, BytesCodec):
                 stored = self.dtype
-                if self.dtype.itemsize > 1 and codec.endian is not None:
-                    stored = self.dtype.newbyteorder("<" if codec.endian == "little" else ">")
+                endian = _compat.literal(codec.endian)
+                if self.dtype.itemsize > 1 and endian is not None:
+                    stored = self.dtype.newbyteorder("<" if endian == "little" else ">")
             elif stored is not None and isinstance(codec, ZstdCodec):
                 compress.append(ZstdEncode(codec.level, codec.checksum))
             elif stored is not None and isinstance(codec, GzipCodec):

@@ -61,7 +61,7 @@ def index_format_from_codecs(
         return IndexFormat(
             chunks_per_shard=chunks_per_shard,
             location=where,
-            endian="big" if codecs[0].endian == "big" else "little",
+            endian="big" if _compat.literal(codecs[0].endian) == "big" else "little",
             checksum=len(codecs) == 2,
         )
     names = [codec_name(c) for c in codecs]

@@ -27,6 +27,7 @@ __all__ = [
     "UNKNOWN",
     "array_html",
     "esc",
+    "frame",
     "grid_svg",
     "table",
 ]
@@ -49,6 +50,12 @@ _STORED = "#1f77b4"
 def esc(value: Any) -> str:
     """``value`` as text safe inside HTML or SVG, attributes included."""
     return html.escape(str(value), quote=True)
+
+
+def frame(body: str) -> str:
+    """A notebook view's outermost element: ``body`` in a ``div`` of class
+    ``shardwise-repr`` (the built site's browser check finds the views by it)."""
+    return f'<div class="shardwise-repr">{body}</div>'
 
 
 def table(title: str, rows: Sequence[tuple[str, Any]], *, note: str = "") -> str:
@@ -220,6 +227,6 @@ def array_html(info: ArrayInfo, store: Any) -> str:
     ]
     nshards = math.prod(layout.grid_shape)
     if nshards > _DRAWN_SHARDS or not info.ndim:
-        return table("shardwise.ArrayReader", rows, note=f"{nshards} shards: grid not drawn")
+        return frame(table("shardwise.ArrayReader", rows, note=f"{nshards} shards: grid not drawn"))
     edges = [[d.shard_start(i) for i in range(d.nshards)] + [d.extent] for d in layout.dims]
-    return "<div>" + table("shardwise.ArrayReader", rows) + grid_svg(edges, names) + "</div>"
+    return frame(table("shardwise.ArrayReader", rows) + grid_svg(edges, names))

@@ -199,7 +199,7 @@ class ArrayInfo:
                 array=name,
                 key=key,
             )
-        sharding = metadata.sharding_codec
+        sharding = _compat.sharding_codec(metadata)
         inner = None if sharding is None else tuple(sharding.chunk_shape)
         try:
             layout = ShardLayout.build(metadata.shape, shards, inner)
@@ -241,7 +241,7 @@ class ArrayInfo:
     @property
     def sharding(self) -> Any | None:
         """zarr-python's ``ShardingCodec`` when the array is sharded, else None."""
-        return self.metadata.sharding_codec
+        return _compat.sharding_codec(self.metadata)
 
     @property
     def codecs(self) -> tuple[Any, ...]:

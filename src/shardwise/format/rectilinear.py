@@ -178,7 +178,7 @@ def appended(
         old = tuple(grid.chunk_shapes)
     else:
         old = tuple(grid.chunk_shape)
-    sharding = metadata.sharding_codec
+    sharding = _compat.sharding_codec(metadata)
     inner = tuple(sharding.chunk_shape) if sharding is not None else (1,) * len(old)
     n = metadata.shape[axis]
     edges = list(old)

@@ -121,9 +121,8 @@ def parse_documents(
     doc = load(raw, name)
     attributes = {} if zattrs is None else load(zattrs, ".zattrs")
     try:
-        if name == ".zarray":
-            return _compat.ArrayV2Metadata.from_dict({**doc, "attributes": attributes}, path=path)
-        return _compat.GroupMetadata.from_dict({**doc, "attributes": attributes}, path=path)
+        cls: Any = _compat.ArrayV2Metadata if name == ".zarray" else _compat.GroupMetadata
+        return _compat.from_dict(cls, {**doc, "attributes": attributes}, path)
     except Exception as e:  # zarr-python's parsers raise ValueError, TypeError, KeyError...
         raise _damaged(path, name, f"{type(e).__name__}: {e}") from e
 

@@ -97,7 +97,7 @@ def index_format(
     if fmt is None:
         check_chunks_per_shard(per_shard, array=info.name, key=metadata_key(info.path))
         fmt = index_format_from_codecs(
-            codec.index_codecs, per_shard, str(codec.index_location), array=info.name
+            codec.index_codecs, per_shard, _compat.literal(codec.index_location), array=info.name
         )
         if cache is not None:
             cache[per_shard] = fmt

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise._compat as _compat
 from shardwise.codecs import codec_name
 
 __all__ = [
@@ -36,7 +37,7 @@ def codec_chain(codecs: Sequence[Any]) -> str:
     for c in codecs:
         if isinstance(c, ShardingCodec):
             parts.append(
-                f"sharding_indexed({codec_chain(c.codecs)}; index at {c.index_location}: "
+                f"sharding_indexed({codec_chain(c.codecs)}; index at {_compat.literal(c.index_location)}: "
                 f"{codec_chain(c.index_codecs)})"
             )
         else:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ShardwiseError
-from shardwise.format.html import esc, table
+from shardwise.format.html import esc, frame, table
 from shardwise.io.sources import open_source
 from shardwise.tools._text import (
     byte_size,
@@ -206,7 +206,7 @@ class Info:
             for r in rows
         )
         header = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in cols)
-        return f"<div>{head}<table><tr>{header}</tr>{body}</table></div>"
+        return frame(f"{head}<table><tr>{header}</tr>{body}</table>")
 
     def __str__(self) -> str:
         stored_ = self.stored_bytes

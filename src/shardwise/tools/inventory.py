@@ -355,7 +355,7 @@ def _attrs(
         "chunk_shape": shape_list(info.inner_chunk_shape or info.shard_shape),
         "codecs": codec_chain(info.codecs),
         "chunk_codecs": [codec_name(c) for c in (codec.codecs if codec else info.codecs)],
-        "index_location": None if codec is None else str(codec.index_location),
+        "index_location": None if codec is None else _compat.literal(codec.index_location),
         "shards_present": shards_present,
         "shards_total": layout.nshards,
         "chunks_present": chunks_present,

@@ -34,7 +34,7 @@ import numpy as np
 import shardwise._compat as _compat
 from shardwise.codecs import Context, ShardDecoder, verify_crc32c
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
-from shardwise.format.html import esc, table
+from shardwise.format.html import esc, frame, table
 from shardwise.format.index import EMPTY
 from shardwise.format.metadata import metadata_key, read_document
 from shardwise.io.draft import DraftStore, is_draft_root
@@ -57,6 +57,7 @@ class Problem:
     chunk: tuple[int, ...] | None
     error: str  # the exception class name, e.g. "ChecksumError"
     message: str
+    shard: tuple[int, ...] | None = None  # the shard's grid coordinates, for a shard's key
 
 
 _HTML_ROWS = 200  # problems shown in a notebook at the most
@@ -82,6 +83,12 @@ class VerifyReport:
     def bad_keys(self) -> list[str]:
         return sorted({p.key for p in self.problems})
 
+    def damaged_shards(self, array: str) -> list[tuple[int, ...]]:
+        """The grid coordinates of ``array``'s shards with a problem (what
+        :func:`~shardwise.shard_grid` draws red)."""
+        name = array.strip("/") or "/"
+        return sorted({p.shard for p in self.problems if p.shard is not None and p.array == name})
+
     def _repr_html_(self) -> str:
         """A notebook's view: the counts, then a row per problem and stray key."""
         head = table(
@@ -102,7 +109,7 @@ class VerifyReport:
             for k in self.strays
         ]
         if not rows:
-            return head
+            return frame(head)
         body = "".join(
             "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>" for c in r) + "</tr>"
             for r in rows[:_HTML_ROWS]
@@ -112,9 +119,9 @@ class VerifyReport:
             if len(rows) > _HTML_ROWS
             else ""
         )
-        return (
-            f"<div>{head}<table><tr><th>key</th><th>inner chunk</th><th>error</th>"
-            f"<th>message</th></tr>{body}</table>{more}</div>"
+        return frame(
+            f"{head}<table><tr><th>key</th><th>inner chunk</th><th>error</th>"
+            f"<th>message</th></tr>{body}</table>{more}"
         )
 
     def __str__(self) -> str:
@@ -159,7 +166,8 @@ def verify(
     ):
         draft = _draft(store, storage_options)
         if draft is not None:
-            _verify_draft(draft, (group or "").strip("/"), report, decode)
+            with _bar(progress) as bar:
+                _verify_draft(draft, (group or "").strip("/"), report, decode, bar)
             return report
     if where is None or metadata_key(base) not in docs:
         v2 = where is not None and any(
@@ -203,7 +211,9 @@ def _draft(store: Any, storage_options: dict[str, Any] | None) -> Any:
         return None
 
 
-def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) -> None:
+def _verify_draft(
+    draft: Any, group: str, report: VerifyReport, decode: bool, bar: Any = None
+) -> None:
     """A store of the 2022 sharding draft: the same checks on every array under
     ``group``, except that draft indexes and chunks have no checksums to check."""
 
@@ -222,7 +232,7 @@ def _verify_draft(draft: Any, group: str, report: VerifyReport, decode: bool) ->
                 report.problems.append(Problem(path, key, None, type(e).__name__, str(e)))
                 continue
             report.arrays.append(path)
-            _compat.sync(_verify_array(reader, report, decode))
+            _compat.sync(_verify_array(reader, report, decode, bar))
 
 
 async def _documents(store: Any, base: str) -> dict[str, bytes]:
@@ -280,7 +290,7 @@ async def _verify_array(
         try:  # one decoder per shard shape: a shape that cannot be read is a problem
             reader.decoder(shard)
         except ShardwiseError as e:
-            report.problems.append(Problem(info.name, key, None, type(e).__name__, str(e)))
+            report.problems.append(Problem(info.name, key, None, type(e).__name__, str(e), shard))
             continue
         shards[key] = shard
         stored.append(key)
@@ -301,7 +311,14 @@ async def _verify_array(
                 report.bytes_read += tally.nbytes
                 if error is not None:
                     report.problems.append(
-                        Problem(info.name, key, error.chunk, type(error).__name__, str(error))
+                        Problem(
+                            info.name,
+                            key,
+                            error.chunk,
+                            type(error).__name__,
+                            str(error),
+                            shards[key],
+                        )
                     )
             if bar is not None:
                 bar.update(len(batch))
@@ -379,7 +396,7 @@ def _check(
             return
         view, table = decoder.parse(data, key=key)
     except ShardwiseError as e:
-        report.problems.append(Problem(name, key, e.chunk, type(e).__name__, str(e)))
+        report.problems.append(Problem(name, key, e.chunk, type(e).__name__, str(e), shard))
         return
     for inner in _present(table):
         report.chunks += 1
@@ -387,7 +404,7 @@ def _check(
         try:
             _check_chunk(decoder.chunk, raw, key, inner, crc_only)
         except ShardwiseError as e:
-            report.problems.append(Problem(name, key, inner, type(e).__name__, str(e)))
+            report.problems.append(Problem(name, key, inner, type(e).__name__, str(e), shard))
 
 
 def _present(table: Any) -> list[tuple[int, ...]]:

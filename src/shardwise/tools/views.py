@@ -6,7 +6,7 @@ shard grid drawn as SVG (:class:`ShardGrid`), shown by Jupyter through ``_repr_h
 ``xarray.Dataset`` that ``.plot()`` draws directly. :func:`shard_grid` draws it: every
 shard to scale (regular and rectilinear grids), absent shards blank, stored ones
 shaded by the share of their inner chunks stored, damaged ones (a
-:class:`~shardwise.VerifyReport`'s bad keys, given as ``damaged``) red; the picture is
+:class:`~shardwise.VerifyReport`'s, given as ``damaged``) red; the picture is
 bounded whatever the grid's size (see :mod:`shardwise.format.html`).
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from shardwise.format import html as h
 from shardwise.tools._text import byte_size
+from shardwise.tools.verify import VerifyReport
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -134,11 +135,16 @@ class ShardGrid:
         ]
         if self.damaged:
             rows.append(("damaged shards", len(self.damaged)))
-        return "<div>" + h.table("shardwise shard grid", rows) + self.svg() + "</div>"
+        return h.frame(h.table("shardwise shard grid", rows) + self.svg())
 
 
-def shard_grid(inv: xr.Dataset, damaged: Iterable[tuple[int, ...]] = ()) -> ShardGrid:
+def shard_grid(
+    inv: xr.Dataset, damaged: VerifyReport | Iterable[tuple[int, ...]] = ()
+) -> ShardGrid:
     """The shard grid of an :func:`~shardwise.inventory` to look at in a notebook (see
-    :class:`ShardGrid`); ``damaged``: shard coordinates to draw as damaged (from
-    :func:`~shardwise.verify`'s report)."""
+    :class:`ShardGrid`); ``damaged``: the shards to draw as damaged, a
+    :func:`~shardwise.verify` report (its problems in the inventory's array) or shard
+    coordinates."""
+    if isinstance(damaged, VerifyReport):
+        damaged = damaged.damaged_shards(str(inv.attrs.get("array", "")))
     return ShardGrid(shard_view(inv), damaged)

@@ -156,7 +156,7 @@ def _check_geometry(target: Any) -> None:
     """:func:`~shardwise.format.grid.check_write_geometry` for a zarr array xarray created."""
 
     meta = target.metadata
-    sharding = getattr(meta, "sharding_codec", None) if meta.zarr_format == 3 else None
+    sharding = _compat.sharding_codec(meta) if meta.zarr_format == 3 else None
     grid = meta.chunk_grid if meta.zarr_format == 3 else None
     outer: Any = getattr(grid, "chunk_shape", None) or getattr(grid, "chunk_shapes", None)
     if sharding is None:
