@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -54,7 +55,10 @@ def test_sdist_and_wheel_build_and_pass_twine_check(dist):
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "notebooks/"))]
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
-    assert "Requires-Dist: zarr>=3.2" in text and "Provides-Extra: s3" in text
+    assert "Provides-Extra: s3" in text and "Provides-Extra: suite" in text
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dependency in declared:  # the floors make test-lowest tests, as pyproject has them
+        assert f"Requires-Dist: {dependency}" in text, dependency
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert (
         "shardwise = shardwise.xarray.backend:ShardwiseBackendEntrypoint"
