@@ -4,6 +4,7 @@ default (nothing on stderr)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -101,3 +102,21 @@ def test_verify_of_a_draft_store(capsys):
     assert report.ok, report
     done, total = done_of(capsys.readouterr().err, "verify")
     assert done == total == report.shards > 0
+
+
+def test_a_notebook_kernel_shows_the_bar(tmp_path):
+    """In a real Jupyter kernel: without ipywidgets, tqdm's text bar, counted to the end,
+    and not tqdm's warning to install ipywidgets (its auto mode would give both)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    if importlib.util.find_spec("ipywidgets") is not None:
+        pytest.skip("ipywidgets is installed: the bar is a widget")
+    store = str(tmp_path / "v.zarr")
+    x = da.arange(96, chunks=8, dtype="f4").reshape(12, 8)
+    shardwise.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
+    code = f"import shardwise\nassert shardwise.verify({store!r}, progress=True).ok"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+    err = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("name") == "stderr")
+    assert done_of(err, "verify") == (3, 3)
+    assert "Warning" not in err, err

@@ -3,7 +3,7 @@
 
 Both draw a tqdm bar of tasks done out of all: on stderr for the command line (stdout
 belongs to the command's result), in tqdm's auto mode for the Python API (a widget in
-a notebook, text on stderr in a terminal). Each adapts a different dask interface: the
+a notebook that has ipywidgets, text on stderr elsewhere: :func:`bar_class`). Each adapts a different dask interface: the
 local scheduler's callbacks (:func:`local_bar`) and the distributed scheduler's
 progress reports (:func:`distributed_bar`).
 
@@ -13,16 +13,21 @@ that ``shardwise --help`` stays fast.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["compute", "distributed_bar", "local_bar"]
+__all__ = ["bar_class", "compute", "distributed_bar", "local_bar"]
 
 
-def _tqdm(auto: bool) -> Any:
-    if auto:
+def bar_class(auto: bool = True) -> Any:
+    """tqdm's bar class. With ``auto``, tqdm's auto mode (a widget in a notebook) where
+    ipywidgets, which the widget is drawn with, is installed; elsewhere, and without
+    ``auto``, tqdm's text bar (in a notebook without ipywidgets tqdm's auto mode falls
+    back to it too, with a warning to install ipywidgets)."""
+    if auto and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.auto import tqdm
     else:
         from tqdm import tqdm
@@ -35,7 +40,7 @@ def local_bar(desc: str, *, auto: bool = False) -> Any:
     only)."""
     from dask.callbacks import Callback
 
-    tqdm = _tqdm(auto)
+    tqdm = bar_class(auto)
 
     class Bar(Callback):
         def __init__(self) -> None:
@@ -67,7 +72,7 @@ def distributed_bar(futures: Sequence[Any], desc: str, *, auto: bool = False) ->
     command's output."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
-    tqdm = _tqdm(auto)
+    tqdm = bar_class(auto)
 
     with tqdm(desc=desc, unit="task", file=sys.stderr) as bar:
 

@@ -29,6 +29,7 @@ from shardwise.codecs import index_format_from_codecs
 from shardwise.format.grid import check_chunks_per_shard
 from shardwise.format.index import EMPTY, IndexFormat
 from shardwise.format.metadata import metadata_key
+from shardwise.graph.progress import bar_class
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.io.shard_index import Tally, read_shard_index
 
@@ -187,8 +188,7 @@ def probe(
     if len(items) <= batch:
         if not progress:
             return _probe_batch((store, info), items, concurrency)
-        from tqdm.auto import tqdm
-
+        tqdm = bar_class()
         out: list[tuple[Sizes | None, int]] = []
         step = max(1, 4 * concurrency)  # (the bar moves between steps of reads)
         with tqdm(total=len(items), desc="inventory", unit="shard") as bar:

@@ -37,6 +37,7 @@ from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.format.html import esc, frame, table
 from shardwise.format.index import EMPTY
 from shardwise.format.metadata import metadata_key, read_document
+from shardwise.graph.progress import bar_class
 from shardwise.io.draft import DraftStore, is_draft_root
 from shardwise.io.listing import list_keys, metadata_keys
 from shardwise.io.open import store_path
@@ -194,13 +195,12 @@ def verify(
 
 @contextlib.contextmanager
 def _bar(progress: bool) -> Iterator[Any]:
-    """A tqdm bar of the shards checked (tqdm's auto mode), or None."""
+    """A tqdm bar of the shards checked (:func:`~shardwise.graph.progress.bar_class`),
+    or None."""
     if not progress:
         yield None
         return
-    from tqdm.auto import tqdm
-
-    with tqdm(total=0, desc="verify", unit="shard") as bar:
+    with bar_class()(total=0, desc="verify", unit="shard") as bar:
         yield bar
 
 
