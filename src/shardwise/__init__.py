@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import (
     ArgumentError,
+    ChangingShardError,
     ChecksumError,
     ChunksError,
     ConflictError,
@@ -63,6 +64,7 @@ __all__ = [
     "ArrayChoiceError",
     "ArrayInfo",
     "ArrayReader",
+    "ChangingShardError",
     "ChecksumError",
     "ChunkRoundingWarning",
     "ChunksError",

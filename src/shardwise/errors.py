@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 __all__ = [
     "ArgumentError",
+    "ChangingShardError",
     "ChecksumError",
     "ChunksError",
     "ConflictError",
@@ -176,6 +177,13 @@ class ConflictError(ShardwiseError, OSError):
     ``zarr.json`` of an array it appends to): every conditional put found it changed
     since it was read, up to the retry bound. Nothing was half-written: each put is
     whole or not made."""
+
+
+class ChangingShardError(ShardwiseError, OSError):
+    """A shard kept changing while it was read: every time its index was read again,
+    another job had replaced the shard before its inner chunks could be read from the
+    same version, up to the retry bound. Nothing is wrong with the data, and no value
+    was read from the wrong version: read again once the other job has written."""
 
 
 class StoreIOError(ShardwiseError, OSError):

@@ -9,6 +9,7 @@ import xarray as xr
 from zarr.storage import LocalStore
 
 import shardwise
+from shardwise.io.conditional import conditional
 from shardwise.testing import CountingStore
 
 
@@ -149,12 +150,13 @@ def test_reopening_a_rewritten_store_does_not_use_old_indexes(tmp_path):
 
 def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
     """A task reading one whole shard of a LocalStore reads the file on its own thread
-    into a reused buffer (no store.get); a part of a shard, or several shards, go
-    through the store as before. Values, missing shards and corrupt files behave the
-    same either way."""
+    into a reused buffer (no request on the event loop); a part of a shard, or several
+    shards, go through the store's versioned reads on the event loop. Values, missing
+    shards and corrupt files behave the same either way."""
     import zarr
 
     from shardwise.errors import CorruptShardError
+    from shardwise.io import conditional
     from shardwise.io.reader import ArrayReader
 
     values = np.arange(64 * 48, dtype="f4").reshape(64, 48)
@@ -164,19 +166,19 @@ def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
     arr[:64] = values  # the third shard is never written
     reader = ArrayReader.open(LocalStore(tmp_path / "a"))
     gets = []
-    real_get = LocalStore.get
+    real_read = conditional._Local.read
 
-    async def counting_get(self, key, *args, **kwargs):
+    async def counting_read(self, key, *args, **kwargs):
         gets.append(key)
-        return await real_get(self, key, *args, **kwargs)
+        return await real_read(self, key, *args, **kwargs)
 
-    monkeypatch.setattr(LocalStore, "get", counting_get)
+    monkeypatch.setattr(conditional._Local, "read", counting_read)
     np.testing.assert_array_equal(reader[0:32], values[:32])  # one whole shard
     np.testing.assert_array_equal(reader[64:96], np.full((32, 48), -1, "f4"))  # missing
     assert gets == []
     np.testing.assert_array_equal(reader[0:8, 0:16], values[:8, :16])  # one chunk of it
     np.testing.assert_array_equal(reader[0:64], values)  # two shards
-    assert gets  # through the store
+    assert gets  # through the store's reads
     # a truncated shard file: the same error as through the store
     shard = tmp_path / "a" / "c" / "1" / "0"
     shard.write_bytes(shard.read_bytes()[:-7])
@@ -259,7 +261,7 @@ def test_one_index_reader(tmp_path, location):
     decoder = ArrayReader.open(store).decoder((0,))
     fmt = decoder.index
     tally = Tally()
-    table = asyncio.run(read_shard_index(store, "c/1", fmt, array="a", tally=tally))
+    table = asyncio.run(read_shard_index(store, "c/1", fmt, array="a", tally=tally)).table
     expected_range = f"[0, {fmt.nbytes})" if location == "start" else f"last {fmt.nbytes}"
     store.log.clear()
     asyncio.run(read_shard_index(store, "c/1", fmt, array="a"))
@@ -267,12 +269,22 @@ def test_one_index_reader(tmp_path, location):
     assert (tally.requests, tally.nbytes) == (1, fmt.nbytes)
     whole = (tmp_path / "a" / "c" / "1").read_bytes()
     np.testing.assert_array_equal(table, decoder.parse(whole, key="c/1")[1])
+    # through the store's versioned reads: the same one request, which also says the
+    # version the index is of and the object's size
+    store.log.clear()
+    versions = conditional(store)
+    entry = asyncio.run(read_shard_index(store, "c/1", fmt, versions=versions, array="a"))
+    assert [(r.key, r.byte_range) for r in store.log.gets()] == [("c/1", expected_range)]
+    np.testing.assert_array_equal(entry.table, table)
+    assert entry.size == len(whole) and entry.version is not None
+    assert entry.version == conditional(store).get("c/1")[1]
 
     store.log.clear()
     with pytest.raises(TruncatedShardError, match="shorter than its index"):
         asyncio.run(read_shard_index(store, "c/1", fmt, size=fmt.nbytes - 1))
     assert store.log.gets() == []
-    assert asyncio.run(read_shard_index(store, "c/9", fmt)) is None
+    assert asyncio.run(read_shard_index(store, "c/9", fmt)).table is None
+    assert asyncio.run(read_shard_index(store, "c/9", fmt, versions=versions)).absent
 
     class Failing(CountingStore):
         async def get(self, key, prototype, byte_range=None):

@@ -211,9 +211,8 @@ def test_decode_through_zarr_pythons_pipeline(tmp_path):
 
 
 def test_a_shard_shorter_than_its_index(tmp_path):
-    """A shard shorter than its index is named as such by verify (its size, asked
-    first, tells: no read of the index), and by inventory from the listing's sizes: the
-    one index reader both use."""
+    """A shard shorter than its index is named as such by verify and by inventory
+    (the size the read of its index comes with tells): the one index reader both use."""
     path = make(tmp_path / "s.zarr", crc_chunks=False)
     (path / "c" / "1" / "0").write_bytes(b"short")
     report = shardwise.verify(tmp_path / "s.zarr")

@@ -4,12 +4,16 @@ For one array, :func:`fanout_array` builds a dask array whose graph has
 
 - ``shardwise-index-<token>``: one task per shard that several dask chunks share,
   reading the shard's index (one small request, or none when this process has it
-  cached); its result, the decoded index, is a few kilobytes and is handed to every read
-  task of the shard, on any worker;
+  cached: the read tasks then check it as ``ReadOptions.recheck_cached_data`` says, as
+  they would a cached index of their own); its result, the decoded
+  index with the version of the shard it came from, is a few kilobytes and is handed
+  to every read task of the shard, on any worker;
 - ``shardwise-read-<name>-<token>``: one task per dask chunk, ``getter(source, region)``
   as in :func:`dask.array.from_array`, where ``source`` is the variable's lazily decoded
   array with the indexes of the shared shards the chunk touches supplied to the reader.
-  The reader then asks only for coalesced byte ranges of the inner chunks it needs. A
+  The reader then asks only for coalesced byte ranges of the inner chunks it needs,
+  each against the index's version: a shard replaced since the index task read it is
+  found changed, and the read task reads its index again itself. A
   shard that only one dask chunk touches (``chunks="shards"``) needs no index task: its
   read task reads it as the engine does, the whole object in one request when it wants
   most of it, else the index and then coalesced ranges.
@@ -42,7 +46,7 @@ import numpy.typing as npt
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
 from shardwise.errors import ChunksError
-from shardwise.io.cache import SUPPLIED
+from shardwise.io.cache import SUPPLIED, IndexEntry
 from shardwise.io.reader import ArrayReader
 
 if TYPE_CHECKING:
@@ -311,27 +315,23 @@ def _describe(bounds: Sequence[int]) -> str:
 
 class ShardSource:
     """What a read task indexes: an array (the variable's lazily decoded data) read
-    while the shard indexes of its index tasks are supplied to this process."""
+    while the shard indexes of its index tasks are supplied to this process (each with
+    the version of the shard it came from: the reader reads only against it, and reads
+    a shard replaced since again itself)."""
 
-    __slots__ = ("array", "tables")
+    __slots__ = ("array", "entries")
 
-    def __init__(
-        self,
-        array: Any,
-        token: str,
-        keys: Sequence[str],
-        *tables: npt.NDArray[np.uint64] | None,
-    ) -> None:
+    def __init__(self, array: Any, token: str, keys: Sequence[str], *entries: IndexEntry) -> None:
         self.array = array
-        self.tables = {(token, k): t for k, t in zip(keys, tables, strict=True)}
+        self.entries = {(token, k): e for k, e in zip(keys, entries, strict=True)}
 
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
-        with SUPPLIED.supply(self.tables):
+        with SUPPLIED.supply(self.entries):
             return np.asarray(self.array[key])
 
 
-def _read_index(reader: ArrayReader, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
-    return reader.shard_index(shard)
+def _read_index(reader: ArrayReader, shard: tuple[int, ...]) -> IndexEntry:
+    return reader.index_entry(shard)
 
 
 def fanout_array(

@@ -25,22 +25,27 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+if TYPE_CHECKING:
+    from shardwise.io.conditional import Version
+
 __all__ = [
-    "ABSENT",
     "CACHE_BYTES_VARIABLE",
     "DEFAULT_CACHE_BYTES",
     "IN_FLIGHT",
     "SUPPLIED",
     "InFlight",
     "IndexCache",
+    "IndexEntry",
     "ProcessIndexes",
     "SuppliedIndexes",
     "clear_index_cache",
@@ -56,19 +61,55 @@ DEFAULT_CACHE_BYTES = 64 << 20
 """The cache's bound when the environment does not set one."""
 
 
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """A shard's index as it was read, with what it is only as good as.
+
+    ``table``: the checked ``(offset, nbytes)`` pairs, or None when there was no
+    object (every inner chunk is the fill value). ``version``: the version of the
+    object the index was read from (an ETag, a file's identity: see
+    :mod:`shardwise.io.conditional`); every read that uses the index is made against
+    it. None when the store has no versions (or the reader trusts the data not to
+    change). ``size``: the object's size when the store said it. ``read_at``: when it
+    was read (``time.time()``, so that it means the same on the worker a fan-out graph
+    hands it to). ``cached``: taken from a cache rather than read just now (what a
+    fan-out graph's index task says of the index it hands on)."""
+
+    table: npt.NDArray[np.uint64] | None
+    version: Version | None = None
+    size: int | None = None
+    read_at: float = field(default_factory=time.time, compare=False)
+    cached: bool = field(default=False, compare=False)
+
+    @property
+    def absent(self) -> bool:
+        return self.table is None
+
+    @property
+    def nbytes(self) -> int:
+        """What the entry costs the cache's bound (an absent shard's: a nominal 64)."""
+        return 64 if self.table is None else int(self.table.nbytes) + 64
+
+    def age(self) -> float:
+        """Seconds since it was read."""
+        return time.time() - self.read_at
+
+
 class IndexCache:
-    """A per-process LRU cache of decoded shard indexes, bounded in bytes.
+    """A per-process LRU cache of shard indexes (:class:`IndexEntry`), bounded in bytes.
 
     Thread-safe. Keyed by ``(reader token, shard key)``, the reader token naming the store
     and the opened array (an :class:`~shardwise.io.reader.ArrayReader` and its pickled copies
-    on dask workers share one), so an array opened again after its shards were rewritten
-    starts with no cached indexes. Within one opened array it assumes shards do not change
-    (use ``ReadOptions(index_cache=False)`` when they are rewritten under a reader).
+    on dask workers share one). Each entry carries the version of the shard it was read
+    from, and the reader reads only against that version: a shard rewritten by another
+    job is found changed on the next read of it, and its index read again
+    (``ReadOptions.recheck_cached_data`` says when what needs no request, an empty inner
+    chunk or an absent shard, is checked again).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self._max = int(max_bytes)
-        self._entries: OrderedDict[Hashable, npt.NDArray[np.uint64]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, IndexEntry] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -85,7 +126,7 @@ class IndexCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | None:
+    def get(self, key: Hashable) -> IndexEntry | None:
         with self._lock:
             value = self._entries.get(key)
             if value is None:
@@ -95,26 +136,33 @@ class IndexCache:
             self.hits += 1
             return value
 
-    def put(self, key: Hashable, table: npt.NDArray[np.uint64]) -> None:
-        nbytes = int(table.nbytes)
+    def put(self, key: Hashable, entry: IndexEntry) -> None:
+        nbytes = entry.nbytes
         if nbytes > self._max:
             return
-        table.flags.writeable = False
+        if entry.table is not None:
+            entry.table.flags.writeable = False
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._size -= int(old.nbytes)
-            self._entries[key] = table
+                self._size -= old.nbytes
+            self._entries[key] = entry
             self._size += nbytes
             while self._size > self._max:
                 _, evicted = self._entries.popitem(last=False)
-                self._size -= int(evicted.nbytes)
+                self._size -= evicted.nbytes
 
-    def discard(self, key: Hashable) -> None:
+    def discard(self, key: Hashable, entry: IndexEntry | None = None) -> None:
+        """Forget the entry of ``key`` (only if it is ``entry``, or of its version, when
+        given: a newer one another thread put stays)."""
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._size -= int(old.nbytes)
+            old = self._entries.get(key)
+            if old is None:
+                return
+            if entry is not None and old is not entry and not _same_version(old, entry):
+                return
+            del self._entries[key]
+            self._size -= old.nbytes
 
     def clear(self) -> None:
         with self._lock:
@@ -127,7 +175,7 @@ class IndexCache:
             self._max = int(max_bytes)
             while self._size > self._max and self._entries:
                 _, evicted = self._entries.popitem(last=False)
-                self._size -= int(evicted.nbytes)
+                self._size -= evicted.nbytes
 
     def _after_fork(self) -> None:
         """In a child made by ``fork``: a new lock (the parent's may have been held by a
@@ -135,19 +183,8 @@ class IndexCache:
         self._lock = threading.Lock()
 
 
-class _Absent:
-    """The index of a shard that does not exist (every inner chunk is the fill value)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-    def __reduce__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()
+def _same_version(a: IndexEntry, b: IndexEntry) -> bool:
+    return a.version is not None and a.version == b.version
 
 
 class SuppliedIndexes:
@@ -155,9 +192,10 @@ class SuppliedIndexes:
 
     A read task supplies the indexes it received for as long as it reads
     (:meth:`supply`), and the reader takes them from here before it would read an index
-    itself. Unlike :class:`IndexCache` nothing stays behind: an entry lives while some
-    task holds it (counted, so tasks of one shard on several threads share it), and it
-    does not depend on ``ReadOptions.index_cache``. Thread-safe.
+    itself, reading against the version each came with. Unlike :class:`IndexCache`
+    nothing stays behind: an entry lives while some task holds it (counted, so tasks of
+    one shard on several threads share it), and it does not depend on
+    ``ReadOptions.index_cache``. Thread-safe.
     """
 
     def __init__(self) -> None:
@@ -167,31 +205,31 @@ class SuppliedIndexes:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> npt.NDArray[np.uint64] | _Absent | None:
-        """The supplied index (or :data:`ABSENT`), or ``None`` when none was supplied."""
+    def get(self, key: Hashable) -> IndexEntry | None:
+        """The supplied index, or ``None`` when none was supplied."""
         with self._lock:
-            entry = self._entries.get(key)
-        return None if entry is None else entry[0]
+            held = self._entries.get(key)
+        return None if held is None else held[0]
 
     @contextmanager
-    def supply(self, tables: Mapping[Any, npt.NDArray[np.uint64] | None]) -> Iterator[None]:
-        """Make ``tables`` (cache key -> index, ``None`` for a missing shard) visible to
-        readers in this process until the block ends."""
+    def supply(self, entries: Mapping[Any, IndexEntry]) -> Iterator[None]:
+        """Make ``entries`` (cache key -> index) visible to readers in this process
+        until the block ends."""
         with self._lock:
-            for key, table in tables.items():
-                entry = self._entries.get(key)
-                if entry is None:
-                    self._entries[key] = [ABSENT if table is None else table, 1]
+            for key, entry in entries.items():
+                held = self._entries.get(key)
+                if held is None:
+                    self._entries[key] = [entry, 1]
                 else:
-                    entry[1] += 1
+                    held[1] += 1
         try:
             yield
         finally:
             with self._lock:
-                for key in tables:
-                    entry = self._entries[key]
-                    entry[1] -= 1
-                    if entry[1] == 0:
+                for key in entries:
+                    held = self._entries[key]
+                    held[1] -= 1
+                    if held[1] == 0:
                         del self._entries[key]
 
     def _after_fork(self) -> None:

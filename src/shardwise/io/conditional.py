@@ -38,20 +38,34 @@ its commit, which Icechunk checks for conflicts itself.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
+
+import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.io.open import store_path
 
-__all__ = ["ABSENT", "Conditional", "Version", "conditional", "conditional_path"]
+__all__ = [
+    "ABSENT",
+    "Conditional",
+    "Got",
+    "Stale",
+    "Version",
+    "conditional",
+    "conditional_path",
+    "file_version",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +82,44 @@ class Version:
     def absent(self) -> bool:
         return self.tag is None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the pin stays in this process (an open file means nothing in another)
+        return (Version, (self.tag,))
+
 
 ABSENT = Version()
+
+
+class Stale(Exception):
+    """A read made against one version of an object found another version, or none:
+    what was cached of the object (its shard index) is out of date. Never raised to
+    users: the reader reads the object again."""
+
+
+class Got(NamedTuple):
+    """What a versioned read returned: the bytes (None: there is no object), the
+    version of the object they come from (``None``: the store said none), and the
+    whole object's size when the store said it."""
+
+    data: memoryview | None
+    version: Version | None
+    size: int | None
+
+
+def span(byte_range: Any, size: int) -> tuple[int, int]:
+    """``(start, stop)`` of a zarr-python ``ByteRequest`` (None: everything) in an
+    object of ``size`` bytes, clipped to it."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if byte_range is None:
+        return 0, size
+    if isinstance(byte_range, RangeByteRequest):
+        return min(byte_range.start, size), min(byte_range.end, size)
+    if isinstance(byte_range, SuffixByteRequest):
+        return max(size - byte_range.suffix, 0), size
+    if isinstance(byte_range, OffsetByteRequest):
+        return min(byte_range.offset, size), size
+    raise TypeError(f"unknown byte range {byte_range!r}")
 
 
 class Conditional:
@@ -94,6 +144,15 @@ class Conditional:
 
     def delete(self, key: str) -> None:
         """Delete an object whatever version it is (nothing when there is none)."""
+        raise NotImplementedError
+
+    async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        """Bytes of the object at ``key`` (``byte_range``: a zarr-python
+        ``ByteRequest``, None for all of it), with the version they are of and the
+        object's size, in one request. With ``expected``, only from that version:
+        :class:`Stale` when the object is another version or gone (the condition
+        rides on the same request: ``If-Match`` on S3, the open file's identity on a
+        local file system)."""
         raise NotImplementedError
 
 
@@ -137,8 +196,8 @@ def conditional_path(store: Any, storage_options: Any = None) -> tuple[Any, Cond
 
 
 # -- local file systems ----------------------------------------------------------------------
-def _file_version(st: os.stat_result) -> Version:
-    return Version(("file", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+def file_version(st: os.stat_result) -> Version:
+    return Version(("file", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_dev))
 
 
 @contextlib.contextmanager
@@ -187,7 +246,7 @@ class _Local(Conditional):
         with open(fd, "rb", closefd=False) as f:
             data = f.read()
         # (the file stays open with the version: see the module's description)
-        return data, Version(_file_version(st).tag, pin=pin)
+        return data, Version(file_version(st).tag, pin=pin)
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
         path = self.root / key
@@ -216,13 +275,67 @@ class _Local(Conditional):
     @staticmethod
     def _version(path: Path) -> Version:
         try:
-            return _file_version(os.stat(path))
+            return file_version(os.stat(path))
         except (FileNotFoundError, NotADirectoryError):
             return ABSENT
+
+    async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        return await asyncio.to_thread(self.read_sync, key, byte_range, expected)
+
+    def read_sync(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        """:meth:`read` on this thread: the bytes come from the open file whose
+        identity (``fstat`` on the same descriptor) is the version, so a file replaced
+        meanwhile is either the one read whole or not read at all."""
+        try:
+            fd = os.open(self.root / key, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            if expected is not None and not expected.absent:
+                raise Stale(key) from None
+            return Got(None, ABSENT, None)
+        try:
+            st = os.fstat(fd)
+            version = file_version(st)
+            if expected is not None and version != expected:
+                raise Stale(key)
+            start, stop = span(byte_range, st.st_size)
+            buf = np.empty(stop - start, dtype=np.uint8)
+            view = memoryview(buf)
+            n = 0
+            while n < len(buf) and (got := os.preadv(fd, [view[n:]], start + n)):
+                n += got
+            return Got(view[:n], version, st.st_size)
+        finally:
+            os.close(fd)
 
 
 # -- memory ------------------------------------------------------------------------------------
 _MEMORY_LOCK = threading.Lock()
+# An object's version in memory is a serial number given to the object (a Buffer, which
+# the store replaces, never changes) the first time it is seen, forgotten when it is
+# freed: unlike its id, never given to another object. The nonce tells this process's
+# numbers from another's (a forked child draws a new one).
+_SERIALS: dict[int, int] = {}
+_COUNTER = itertools.count(1)
+_NONCE = uuid.uuid4().hex
+
+
+def _memory_version(buf: Any) -> Version:
+    """The version of an in-memory object (call with ``_MEMORY_LOCK`` held)."""
+    if buf is None:
+        return ABSENT
+    serial = _SERIALS.get(id(buf))
+    if serial is None:
+        serial = _SERIALS[id(buf)] = next(_COUNTER)
+        weakref.finalize(buf, _SERIALS.pop, id(buf), None)
+    return Version(("memory", _NONCE, serial))
+
+
+def _new_nonce() -> None:
+    global _NONCE
+    _NONCE = uuid.uuid4().hex
+
+
+os.register_at_fork(after_in_child=_new_nonce)
 
 
 class _Memory(Conditional):
@@ -235,9 +348,10 @@ class _Memory(Conditional):
     def get(self, key: str) -> tuple[memoryview | None, Version]:
         with _MEMORY_LOCK:
             buf = _compat.memory_store_dict(self.store).get(key)
+            version = _memory_version(buf)
         if buf is None:
             return None, ABSENT
-        return memoryview(buf.as_numpy_array()).cast("B"), Version(("memory", buf))
+        return memoryview(buf.as_numpy_array()).cast("B"), version
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
         from zarr.buffer import default_buffer_prototype
@@ -245,13 +359,22 @@ class _Memory(Conditional):
         buf = default_buffer_prototype().buffer.from_bytes(bytes(memoryview(data).cast("B")))
         with _MEMORY_LOCK:
             current = _compat.memory_store_dict(self.store).get(key)
-            if expected is not None:
-                if expected.absent and current is not None:
-                    return False
-                if not expected.absent and current is not expected.tag[1]:
-                    return False
+            if expected is not None and _memory_version(current) != expected:
+                return False
             _compat.memory_store_dict(self.store)[key] = buf
             return True
+
+    async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        with _MEMORY_LOCK:
+            buf = _compat.memory_store_dict(self.store).get(key)
+            version = _memory_version(buf)
+        if expected is not None and version != expected:
+            raise Stale(key)
+        if buf is None:
+            return Got(None, ABSENT, None)
+        whole = memoryview(buf.as_numpy_array()).cast("B")
+        start, stop = span(byte_range, len(whole))
+        return Got(whole[start:stop], version, len(whole))
 
     def delete(self, key: str) -> None:
         with _MEMORY_LOCK:
@@ -277,6 +400,41 @@ def _is_conflict(error: BaseException, update: bool) -> bool:
         "PreconditionFailed",
         "ConditionalRequestConflict",
     )
+
+
+def _status(error: Any) -> tuple[int | None, str | None]:
+    """(HTTP status, error code) of a botocore ``ClientError``."""
+    response = getattr(error, "response", None) or {}
+    return (
+        response.get("ResponseMetadata", {}).get("HTTPStatusCode"),
+        response.get("Error", {}).get("Code"),
+    )
+
+
+def _http_range(byte_range: Any) -> str:
+    """An HTTP ``Range`` header for a zarr-python ``ByteRequest`` (not empty)."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.end <= byte_range.start:
+            raise ValueError(f"an empty byte range cannot be requested: {byte_range}")
+        return f"bytes={byte_range.start}-{byte_range.end - 1}"
+    if isinstance(byte_range, SuffixByteRequest):
+        return f"bytes=-{byte_range.suffix}"
+    if isinstance(byte_range, OffsetByteRequest):
+        return f"bytes={byte_range.offset}-"
+    raise TypeError(f"unknown byte range {byte_range!r}")
+
+
+def _object_size(response: dict[str, Any]) -> int | None:
+    """The whole object's size from a ``GetObject`` response: the total of its
+    ``Content-Range`` (``bytes a-b/total``), else (not ranged) its length."""
+    content_range = response.get("ContentRange")
+    if content_range:
+        total = str(content_range).rpartition("/")[2]
+        return int(total) if total.isdigit() else None
+    length = response.get("ContentLength")
+    return int(length) if isinstance(length, int) else None
 
 
 class _S3fs(Conditional):
@@ -333,6 +491,41 @@ class _S3fs(Conditional):
 
     def delete(self, key: str) -> None:
         _compat.sync(self._delete(key))
+
+    async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        from botocore.exceptions import ClientError
+
+        bucket, obj = self._where(key)
+        client = await _compat.s3fs_client(self.fs, bucket)
+        request: dict[str, str] = {}
+        if byte_range is not None:
+            request["Range"] = _http_range(byte_range)
+        if expected is not None:
+            request["IfMatch"] = expected.tag[1]
+        tries = max(1, int(getattr(self.fs, "retries", 5)))
+        for attempt in range(tries):
+            try:
+                response = await client.get_object(Bucket=bucket, Key=obj, **request)
+                async with response["Body"] as body:
+                    data = await body.read()
+                break
+            except ClientError as e:
+                status, code = _status(e)
+                if status == 404 or code in ("NoSuchKey", "404"):
+                    if expected is not None:
+                        raise Stale(key) from None
+                    return Got(None, ABSENT, None)
+                if status == 412 or code == "PreconditionFailed":
+                    raise Stale(key) from None
+                if attempt + 1 == tries or not _compat.s3fs_retryable(e):
+                    raise _compat.s3fs_os_error(e, f"{bucket}/{obj}") from e
+            except Exception as e:
+                if attempt + 1 == tries or not _compat.s3fs_retryable(e):
+                    raise
+            # as s3fs retries its own reads (a reset connection, a body cut short,
+            # SlowDown), with its pauses
+            await asyncio.sleep(min(1.7**attempt * 0.1, 15))
+        return Got(memoryview(data), Version(("etag", response["ETag"])), _object_size(response))
 
     async def _delete(self, key: str) -> None:
         bucket, obj = self._where(key)
@@ -408,6 +601,36 @@ class _Obstore(Conditional):
                 raise
             return False
         return True
+
+    async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        import obstore
+        from obstore.exceptions import NotFoundError, PreconditionError
+        from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+        options: dict[str, Any] = {}
+        if isinstance(byte_range, RangeByteRequest):
+            options["range"] = (byte_range.start, byte_range.end)
+        elif isinstance(byte_range, SuffixByteRequest):
+            options["range"] = {"suffix": byte_range.suffix}
+        elif isinstance(byte_range, OffsetByteRequest):
+            options["range"] = {"offset": byte_range.offset}
+        if expected is not None and expected.tag[1] is not None:
+            options["if_match"] = expected.tag[1]  # (no body when it changed)
+        try:
+            result = await obstore.get_async(self.store, key, options=cast(Any, options))
+        except (NotFoundError, FileNotFoundError):
+            if expected is not None:
+                raise Stale(key) from None
+            return Got(None, ABSENT, None)
+        except PreconditionError:
+            raise Stale(key) from None
+        meta = result.meta
+        data = await result.bytes_async()
+        e_tag, version = meta.get("e_tag"), meta.get("version")
+        found = None if e_tag is None and version is None else Version(("obstore", e_tag, version))
+        if expected is not None and found != expected:  # (one response: one version)
+            raise Stale(key)
+        return Got(memoryview(data), found, meta.get("size"))
 
     def delete(self, key: str) -> None:
         import obstore

@@ -23,6 +23,7 @@ from typing import Any
 from shardwise.errors import WriteError
 
 __all__ = [
+    "immutable_snapshot",
     "out_of_bounds",
     "check_dataset",
     "check_session",
@@ -139,6 +140,17 @@ def merge_into(session: Any, forks: Iterable[Any]) -> None:
     """Merge the fork sessions a write computed to into ``session``."""
     if found := distinct(forks):
         session.merge(*found)
+
+
+def immutable_snapshot(store: Any) -> bool:
+    """Whether ``store`` reads an Icechunk snapshot that cannot change: the store of a
+    read-only session (``repo.readonly_session(...)``), whose objects are those of one
+    snapshot. A writable session's store is not (its own writes change it)."""
+    module = type(store).__module__ or ""
+    if not module.startswith("icechunk") or type(store).__name__ != "IcechunkStore":
+        return False
+    session = getattr(store, "session", None)
+    return bool(getattr(session, "read_only", False))
 
 
 def out_of_bounds(e: Exception) -> bool:

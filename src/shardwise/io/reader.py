@@ -2,9 +2,11 @@
 
 :class:`ArrayReader` plans a selection with :mod:`shardwise.format.grid`, fetches what it needs
 with as few store requests as the options allow (the whole shard, or the index and then
-coalesced inner-chunk ranges), and decodes inner chunks in the calling thread. Shard
-indexes are read by :func:`~shardwise.io.shard_index.read_shard_index` (as inventory and
-verify read them) and kept in this process's index cache.
+coalesced inner-chunk ranges), and decodes inner chunks in the calling thread. The
+requests are :class:`~shardwise.io.fetch.ShardFetcher`'s: shard indexes read by
+:func:`~shardwise.io.shard_index.read_shard_index` (as inventory and verify read them)
+with the version of the shard they came from, kept in this process's index cache, and
+inner chunks read only from that version.
 """
 
 from __future__ import annotations
@@ -30,12 +32,9 @@ from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
     ArgumentError,
     ChunksError,
-    CorruptShardError,
     NotAZarrStoreError,
     ShardwiseError,
-    StoreIOError,
     TooLargeError,
-    TruncatedShardError,
     UnsupportedCodecError,
 )
 from shardwise.format.grid import (
@@ -47,21 +46,17 @@ from shardwise.format.grid import (
     out_len,
 )
 from shardwise.format.html import array_html
-from shardwise.format.index import EMPTY
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
 from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_array_info
-from shardwise.io.cache import ABSENT, IN_FLIGHT, SUPPLIED, index_cache
+from shardwise.io.cache import SUPPLIED, IndexEntry
+from shardwise.io.conditional import file_version
 from shardwise.io.draft import DraftStore
-from shardwise.io.icechunk import out_of_bounds
-from shardwise.io.shard_index import naming, read_shard_index
-from shardwise.io.stores import ByteRange, ReadOptions, coalesce, metadata_error, store_token
+from shardwise.io.fetch import Fetched, ShardFetcher
+from shardwise.io.shard_index import naming
+from shardwise.io.stores import ReadOptions, metadata_error, store_token
 
 __all__ = ["ArrayReader"]
-
-Bytes = memoryview
-# what a shard fetch yields: None for a missing shard, else inner chunk -> bytes or None
-Fetched = dict[tuple[int, ...], Bytes | None] | None
 
 
 class ArrayReader:
@@ -86,6 +81,7 @@ class ArrayReader:
         # rewritten and opened again never meets the indexes of its old shards
         self.session = session or uuid.uuid4().hex
         self._token = f"{store_token(store)}#{self.session}"
+        self.fetcher = ShardFetcher(store, info.name, self._token, self.options)
         self._decoders: dict[tuple[int, ...], ShardDecoder | ChunkDecoder] = {}
         self.decoder((0,) * info.ndim)  # codecs shardwise cannot read fail here, at open
 
@@ -418,7 +414,8 @@ class ArrayReader:
             return None
         key = self.info.key(shard_read.shard)
         needed = sorted({c.inner for c in shard_read.chunks})
-        if SUPPLIED.get((self._token, key)) is not None or not self._wants_whole(decoder, needed):
+        fetcher = self.fetcher
+        if SUPPLIED.get((self._token, key)) is not None or not fetcher.wants_whole(decoder, needed):
             return None
         with naming(self.info.name, key):  # an absent shard is no error
             try:
@@ -426,27 +423,16 @@ class ArrayReader:
             except (FileNotFoundError, NotADirectoryError):
                 return [None]
         with f, naming(self.info.name, key):
-            size = os.fstat(f.fileno()).st_size
+            # the bytes and the version both of the one open file
+            st = os.fstat(f.fileno())
+            size = st.st_size
             buf = scratch(size, "shard") if size <= SCRATCH_LIMIT else np.empty(size, np.uint8)
             view = memoryview(buf)
             n = 0
             while n < size and (got := f.readinto(view[n:])):
                 n += got
-        return [self._chunks_of_whole(decoder, buf[:n], key, needed)]
-
-    def _wants_whole(self, decoder: ShardDecoder, needed: list[tuple[int, ...]]) -> bool:
-        """Whether to read a shard whole: most of its inner chunks are wanted."""
-        return len(needed) >= self.options.whole_shard_fraction * decoder.index.nchunks
-
-    def _chunks_of_whole(
-        self, decoder: ShardDecoder, whole: Any, key: str, needed: list[tuple[int, ...]]
-    ) -> dict[tuple[int, ...], Bytes | None]:
-        """The wanted inner chunks of a whole shard object held in memory; its index is
-        checked and cached."""
-        view, table = decoder.parse(whole, key=key)
-        if self.options.index_cache:
-            index_cache().put((self._token, key), table)
-        return {inner: decoder.entry(view, table, inner) for inner in needed}
+        version = None if fetcher.trusted else file_version(st)
+        return [fetcher.chunks_of_whole(decoder, buf[:n], key, needed, version)]
 
     def read_into(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
         """Read what ``plan`` lists into ``out`` (of the plan's output shape); parts of
@@ -471,199 +457,14 @@ class ArrayReader:
         sem = asyncio.Semaphore(self.options.concurrency)
         return list(await asyncio.gather(*(self._fetch_shard(s, sem) for s in plan.shards)))
 
-    async def _get(
-        self, key: str, sem: asyncio.Semaphore, byte_range: Any = None
-    ) -> memoryview | None:
-        from zarr.buffer import default_buffer_prototype
-
-        with naming(self.info.name, key):
-            async with sem:
-                buf = await self.store.get(key, default_buffer_prototype(), byte_range)
-        if buf is None:
-            return None
-        return memoryview(buf.as_numpy_array()).cast("B")
-
     async def _fetch_shard(self, shard_read: ShardRead, sem: asyncio.Semaphore) -> Fetched:
-        info, opts = self.info, self.options
-        key = info.key(shard_read.shard)
+        key = self.info.key(shard_read.shard)
         decoder = self.decoder(shard_read.shard)
-        if not isinstance(decoder, ShardDecoder):
-            whole = await self._get(key, sem)
-            return None if whole is None else {(0,) * info.ndim: whole}
-
+        if not isinstance(decoder, ShardDecoder):  # a chunk: one request, one version
+            got = await self.fetcher.get(key, sem)
+            return None if got.data is None else {(0,) * self.info.ndim: got.data}
         needed = sorted({c.inner for c in shard_read.chunks})
-        cache_key = (self._token, key)
-        supplied = SUPPLIED.get(cache_key)
-        if supplied is ABSENT:
-            return None
-        table: npt.NDArray[np.uint64] | None
-        if isinstance(supplied, np.ndarray):
-            table = supplied
-        else:
-            table = index_cache().get(cache_key) if opts.index_cache else None
-        if table is None and self._wants_whole(decoder, needed):
-            whole = await self._get(key, sem)
-            if whole is None:
-                return None
-            return self._chunks_of_whole(decoder, whole, key, needed)
-
-        if table is None:
-            table = await self._load_index(key, decoder, sem)
-            if table is None:
-                return None
-        result: dict[tuple[int, ...], Bytes | None] = {}
-        wanted: list[tuple[int, ...]] = []
-        ranges: list[ByteRange] = []
-        for inner in needed:
-            offset, nbytes = table[inner]
-            if offset == EMPTY:
-                result[inner] = None
-            else:
-                wanted.append(inner)
-                ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
-        groups = coalesce(ranges, gap=opts.coalesce_gap, max_size=opts.coalesce_max)
-        # With the index at the end, read by a suffix request, the shard's size is unknown
-        # and an entry pointing into the index would pass every check: the group reaching
-        # furthest is read on by the index's length, so a short read tells where the data
-        # ends (one request as before; ``index.nbytes`` more bytes)
-        tail = decoder.index.nbytes if decoder.index.location == "end" else 0
-        last = max(  # (zero-length groups make no request)
-            range(len(groups)),
-            key=lambda g: (groups[g][0].stop > groups[g][0].start, groups[g][0].stop),
-            default=-1,
-        )
-
-        async def fetch_group(req: ByteRange, members: list[int], extra: int) -> None:
-            from zarr.abc.store import RangeByteRequest
-
-            if req.stop == req.start:  # zero-length chunks need no request
-                for m in members:
-                    result[wanted[m]] = memoryview(b"")
-                return
-            try:
-                buf = await self._get(key, sem, RangeByteRequest(req.start, req.stop + extra))
-            except Exception as error:
-                # the store's own error (StoreIOError keeps it as the cause)
-                e = error.__cause__ if isinstance(error, StoreIOError) else error
-                assert isinstance(e, Exception)
-                if not (extra and out_of_bounds(e)):
-                    if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
-                        # a file system that refuses the seek (ext4 past 16 TiB) where the
-                        # index points past any file: the object's size tells
-                        await self._past_the_end(key, req, extra, members, ranges, wanted, e)
-                    raise
-                # a store that refuses a range past the object's end (Icechunk) rather
-                # than return it short: the object ends before the read-on's end, so the
-                # range reaching furthest lies in the index's bytes, or past the end
-                r, inner = max(((ranges[m], wanted[m]) for m in members), key=lambda x: x[0].stop)
-                raise TruncatedShardError(
-                    "inner chunk lies outside the shard object's data",
-                    expected=f"offset + nbytes at least {extra} bytes (the index) before the "
-                    "object's end",
-                    found=f"bytes [{r.start}, {r.stop}), and the object ends before byte "
-                    f"{req.stop + extra} ({type(e).__name__}: {str(e).splitlines()[0]})",
-                    array=info.name,
-                    key=key,
-                    chunk=inner,
-                    advice="The shard index is corrupt or the shard truncated; rewrite the "
-                    "shard from its source.",
-                ) from e
-            if buf is not None and extra:
-                self._check_data_end(
-                    key, req, buf, extra, [(ranges[m], wanted[m]) for m in members]
-                )
-                buf = buf[: req.stop - req.start]
-            if buf is None:
-                raise CorruptShardError(
-                    "shard disappeared while it was being read",
-                    expected="the shard whose index was just read",
-                    found="no object",
-                    key=key,
-                    array=info.name,
-                    advice="Another process deleted or rewrote it; read again.",
-                )
-            for m in members:
-                r = ranges[m]
-                piece = buf[r.start - req.start : r.stop - req.start]
-                if len(piece) != r.stop - r.start:
-                    raise TruncatedShardError(
-                        "inner chunk lies past the end of the shard object",
-                        expected=f"bytes [{r.start}, {r.stop})",
-                        found=f"the object ends at byte {req.start + len(buf)}",
-                        array=info.name,
-                        key=key,
-                        chunk=wanted[m],
-                        advice="The shard is truncated; rewrite it from its source.",
-                    )
-                result[wanted[m]] = piece
-
-        await asyncio.gather(
-            *(
-                fetch_group(req, members, tail if g == last else 0)
-                for g, (req, members) in enumerate(groups)
-            )
-        )
-        return result
-
-    async def _past_the_end(
-        self,
-        key: str,
-        req: ByteRange,
-        extra: int,
-        members: list[int],
-        ranges: Sequence[ByteRange],
-        wanted: Sequence[tuple[int, ...]],
-        error: Exception,
-    ) -> None:
-        """Raise :class:`TruncatedShardError` when a ranged read failed because its
-        range reaches past the object's end (the store's ``error`` kept as the cause);
-        return when the object's size is unknown or the range lies inside it."""
-        try:
-            size = await self.store.getsize(key)
-        except Exception:  # the size cannot be had: the store's own error stands
-            return
-        if req.stop + extra <= size:
-            return
-        r, inner = max(((ranges[m], wanted[m]) for m in members), key=lambda x: x[0].stop)
-        raise TruncatedShardError(
-            "inner chunk lies outside the shard object",
-            expected=f"byte ranges within the object's {size} bytes",
-            found=f"bytes [{r.start}, {r.stop}) ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''})",
-            array=self.info.name,
-            key=key,
-            chunk=inner,
-            advice="The shard index is corrupt; rewrite the shard from its source.",
-        ) from error
-
-    def _check_data_end(
-        self,
-        key: str,
-        req: ByteRange,
-        buf: memoryview,
-        extra: int,
-        members: list[tuple[ByteRange, tuple[int, ...]]],
-    ) -> None:
-        """``buf`` is ``req`` read on by ``extra`` (the index's length): when it comes back
-        short the object ends there, and no inner chunk may reach into its last ``extra``
-        bytes (the index)."""
-        if len(buf) >= req.stop - req.start + extra:
-            return  # the object goes on past the index's length: every range is data
-        size = req.start + len(buf)
-        data_stop = size - extra
-        for r, inner in members:
-            if r.stop > data_stop:
-                raise TruncatedShardError(
-                    "inner chunk lies outside the shard object's data",
-                    expected=f"offset + nbytes <= {data_stop} (the index takes the last "
-                    f"{extra} bytes)",
-                    found=f"bytes [{r.start}, {r.stop}) of a {size}-byte object",
-                    array=self.info.name,
-                    key=key,
-                    chunk=inner,
-                    advice="The shard index is corrupt or the shard truncated; rewrite the "
-                    "shard from its source.",
-                )
+        return await self.fetcher.fetch(key, decoder, needed, sem)
 
     @property
     def token(self) -> str:
@@ -672,44 +473,24 @@ class ArrayReader:
         return self._token
 
     def shard_index(self, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
-        """Read (or take from this process's cache) the decoded index of one shard:
-        ``(offset, nbytes)`` pairs over its inner chunks, or ``None`` when the shard does
-        not exist. One request when not cached."""
+        """The decoded index of one shard: ``(offset, nbytes)`` pairs over its inner
+        chunks, or ``None`` when the shard does not exist (see :meth:`index_entry`)."""
+        return self.index_entry(shard).table
 
+    def index_entry(self, shard: tuple[int, ...]) -> IndexEntry:
+        """The index of one shard with the version of the shard it came from: what a
+        fan-out graph's index task hands to its read tasks. One request, or none when
+        this process has it cached (then marked ``cached``: the read tasks use it as a
+        cached index, checking it as ``ReadOptions.recheck_cached_data`` says)."""
         decoder = self.decoder(shard)
         if not isinstance(decoder, ShardDecoder):
             raise ValueError(f"array {self.info.name!r} is not sharded: its chunks have no index")
         key = self.info.key(shard)
-        sem = asyncio.Semaphore(1)
-        table: npt.NDArray[np.uint64] | None = _compat.sync(self._load_index(key, decoder, sem))
-        return table
-
-    async def _load_index(
-        self, key: str, decoder: ShardDecoder, sem: asyncio.Semaphore
-    ) -> npt.NDArray[np.uint64] | None:
-        """Read (:func:`~shardwise.io.shard_index.read_shard_index`), check and cache one
-        shard's index; concurrent loads of one shard in this process share one request."""
-        cache_key = (self._token, key)
-
-        async def load() -> npt.NDArray[np.uint64] | None:
-            if self.options.index_cache:
-                cached = index_cache().get(cache_key)
-                if cached is not None:
-                    return cached
-            table = await read_shard_index(
-                self.store,
-                key,
-                decoder.index,
-                array=self.info.name,
-                max_nbytes=decoder.chunk.max_encoded,
-                sem=sem,
-                name_errors=True,
-            )
-            if table is not None and self.options.index_cache:
-                index_cache().put(cache_key, table)
-            return table
-
-        return await IN_FLIGHT.run(cache_key, load)
+        entry = self.fetcher.cached(key, None)
+        if entry is not None:
+            return dataclasses.replace(entry, cached=True)
+        fresh: IndexEntry = _compat.sync(self.fetcher.index(key, decoder, asyncio.Semaphore(1)))
+        return fresh
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

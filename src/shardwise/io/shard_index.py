@@ -30,6 +30,8 @@ import numpy.typing as npt
 
 from shardwise.errors import TruncatedShardError, naming_io_errors
 from shardwise.format.index import IndexFormat
+from shardwise.io.cache import IndexEntry
+from shardwise.io.conditional import Conditional, Got
 
 __all__ = ["Tally", "naming", "read_index_bytes", "read_shard_index"]
 
@@ -60,6 +62,7 @@ async def read_shard_index(
     key: str,
     fmt: IndexFormat,
     *,
+    versions: Conditional | None = None,
     array: str | None = None,
     size: int | None = None,
     max_nbytes: int | None = None,
@@ -67,17 +70,24 @@ async def read_shard_index(
     sem: asyncio.Semaphore | None = None,
     name_errors: bool = False,
     tally: Tally | None = None,
-) -> Table | None:
+) -> IndexEntry:
     """The checked index of the shard at ``key`` of ``store`` (``(offset, nbytes)`` pairs
-    of shape ``fmt.chunks_per_shard + (2,)``), or ``None`` when there is no such object.
-    One ranged request (two for a store that refuses a suffix longer than the object);
-    none when ``size`` tells the object is shorter than its index.
+    of shape ``fmt.chunks_per_shard + (2,)``), as an :class:`IndexEntry` whose ``table``
+    is ``None`` when there is no such object. One ranged request (two for a store that
+    refuses a suffix longer than the object); none when ``size`` tells the object is
+    shorter than its index.
+
+    With ``versions`` (the store's versioned reads, :mod:`shardwise.io.conditional`)
+    the request returns the version of the object the index comes from, and its size:
+    the entry carries both, and the entries are checked against that size (which
+    overrides ``size``, a listing's, when the object changed since). Without, the
+    entry's version is None.
 
     What is checked: the index's length and checksum (when its codecs have one: crc32c,
     or what zarr-python's codecs check for other chains,
     :func:`~shardwise.codecs.index_format_from_codecs`), then every entry
     (:func:`~shardwise.format.index.check_entries`): both fields empty or neither,
-    no overlaps, outside the index and inside the object when its ``size`` is known. When
+    no overlaps, outside the index and inside the object when its size is known. When
     it is not, ``fetching`` (a reader about to fetch the ranges) has each entry end
     inside the largest object a store can hold
     (:data:`~shardwise.format.index.MAX_OBJECT`, less an index at the end), a
@@ -91,15 +101,20 @@ async def read_shard_index(
     :class:`~shardwise.errors.StoreIOError` naming the array and the key, as a read
     raises them (else they pass as the store raised them). ``sem`` bounds the requests
     in flight; ``tally`` counts them."""
-    if size is not None and size < fmt.nbytes:
-        raise TruncatedShardError(
-            "shard is shorter than its index",
-            expected=f"at least {fmt.nbytes} bytes",
-            found=f"{size} bytes",
-            array=array,
-            key=key,
-            advice="The shard is truncated; rewrite it from its source.",
-        )
+
+    def check_size(size: int | None) -> None:
+        if size is not None and size < fmt.nbytes:
+            raise TruncatedShardError(
+                "shard is shorter than its index",
+                expected=f"at least {fmt.nbytes} bytes",
+                found=f"{size} bytes",
+                array=array,
+                key=key,
+                advice="The shard is truncated; rewrite it from its source.",
+            )
+
+    check_size(size)
+    got: list[Got] = []
 
     async def get(byte_range: Any) -> memoryview | None:
         from zarr.buffer import default_buffer_prototype
@@ -109,20 +124,27 @@ async def read_shard_index(
         errors = naming(array or "", key) if name_errors else contextlib.nullcontext()
         with errors:
             async with sem if sem is not None else contextlib.nullcontext():
-                buf = await store.get(key, default_buffer_prototype(), byte_range)
-        if buf is None:
-            return None
-        view = memoryview(buf.as_numpy_array()).cast("B")
-        if tally is not None:
+                if versions is not None:
+                    got.append(await versions.read(key, byte_range))
+                    view = got[-1].data
+                else:
+                    buf = await store.get(key, default_buffer_prototype(), byte_range)
+                    view = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+        if view is not None and tally is not None:
             tally.nbytes += len(view)
         return view
 
     raw = await read_index_bytes(get, fmt)
+    version = got[-1].version if got else None
+    if got and got[-1].size is not None:
+        size = got[-1].size
     if raw is None:
-        return None
-    return fmt.checked(
+        return IndexEntry(None, version)
+    check_size(size)
+    table = fmt.checked(
         raw, size=size, array=array, key=key, max_nbytes=max_nbytes, fetching=fetching
     )
+    return IndexEntry(table, version, size)
 
 
 async def read_index_bytes(

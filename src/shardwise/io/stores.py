@@ -51,8 +51,30 @@ class ReadOptions:
       in one request (index included) instead of index + ranges; ``float("inf")``
       never reads whole shards.
     - ``index_cache``: keep decoded shard indexes in the per-process cache
-      (:func:`index_cache`). The cache assumes shards do not change while they are being
-      read; turn it off when another process rewrites the shards you read.
+      (:func:`~shardwise.io.cache.index_cache`). Each cached index carries the version
+      of the shard it was read from (an ETag, a file's identity), and every read that
+      uses it is made against that version: a shard another job rewrote is found
+      changed, its index read again and the read made again, never paired with the
+      old index. On stores that have no versions (see ``recheck_cached_data``) no index
+      is cached unless ``recheck_cached_data="open"``. ``False``: every read reads the
+      indexes it needs again (its ranges still against the version it read).
+    - ``recheck_cached_data`` (tensorstore's option of that name): when what a cached
+      index says is checked against the store again.
+
+      - ``True`` (default): on every read. Reads of stored inner chunks are made
+        against the cached index's version at no cost (the condition rides on the same
+        request: ``If-Match`` on S3 and obstore's stores, an ``fstat`` of the open file
+        on a local file system); a read that would need no request (only empty inner
+        chunks, or a shard that was absent) reads the index again. Absent shards are
+        not cached.
+      - ``"open"``: never: the data are known not to change while the array is open
+        (a published archive). The cheapest: no condition, no check, absent shards
+        cached too, and indexes cached on stores without versions. A shard that does
+        change is then read with the wrong index.
+      - a number of seconds: reads of stored inner chunks are checked as with
+        ``True``; what needs no request is answered from a cached index (or a cached
+        absent shard) up to this old, so new data in empty places shows within that
+        time.
     - ``concurrency``: requests in flight at once per read.
     - ``threads``: threads that fetch and decode the shards of one read outside dask
       (``ArrayReader[...]``, xarray's ``.values``/``.load()`` of a variable opened
@@ -66,6 +88,7 @@ class ReadOptions:
     coalesce_max: int = 64 << 20
     whole_shard_fraction: float = 0.5
     index_cache: bool = True
+    recheck_cached_data: bool | str | float = True
     concurrency: int = 64
     threads: int | None = None
 
@@ -80,6 +103,21 @@ class ReadOptions:
             raise ValueError(
                 f"whole_shard_fraction must be in [0, 1], or inf to never read whole "
                 f"shards, got {fraction}"
+            )
+        recheck = self.recheck_cached_data
+        if not (
+            recheck is True
+            or recheck == "open"
+            or (
+                isinstance(recheck, int | float)
+                and not isinstance(recheck, bool)
+                and 0 <= recheck < float("inf")
+            )
+        ):
+            raise ValueError(
+                "recheck_cached_data must be True (check on every read), 'open' (the "
+                "data do not change while open) or a number of seconds >= 0 (the most "
+                f"a cached index may be trusted for), got {recheck!r}"
             )
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")

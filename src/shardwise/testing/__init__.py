@@ -19,7 +19,7 @@ from typing import Any, Self
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.storage import WrapperStore
 
-from shardwise.io.conditional import Conditional, Version, conditional
+from shardwise.io.conditional import Conditional, Got, Version, conditional
 
 __all__ = ["CountingStore", "LatencyStore", "Overlap", "Request", "RequestLog"]
 
@@ -158,35 +158,71 @@ class CountingStore(WrapperStore[Store]):
         super().delete_sync(key)
 
     def __shardwise_conditional__(self) -> Conditional | None:
-        """The wrapped store's conditional reads and puts, counted here too."""
+        """The wrapped store's conditional and versioned reads and puts, counted here
+        too (a versioned read as the ``get`` of its byte range)."""
         inner = conditional(self._store)
         log = self.log
-        return (
-            None if inner is None else _PassedOn(inner, lambda op, key: log.add(Request(op, key)))
-        )
+
+        def count(op: str, key: str, byte_range: ByteRequest | None = None) -> None:
+            log.add(Request(op, key, _describe(byte_range)))
+
+        return None if inner is None else _PassedOn(inner, count)
 
 
 class _PassedOn(Conditional):
-    """A wrapped store's conditional reads and puts, each announced first to
-    ``before(op, key)`` (``op``: "get", "set" or "delete"): counted, or delayed."""
+    """A wrapped store's conditional and versioned reads and puts, each announced
+    first to ``before(op, key, byte_range)`` (``op``: "get", "set" or "delete"):
+    counted; and each after ``delay`` seconds (asleep on the event loop for the
+    versioned reads, which go out concurrently, counted in ``overlap``)."""
 
-    def __init__(self, inner: Conditional, before: Callable[[str, str], None]) -> None:
+    def __init__(
+        self,
+        inner: Conditional,
+        before: Callable[..., None] | None = None,
+        delay: float = 0.0,
+        overlap: Overlap | None = None,
+    ) -> None:
         self.inner = inner
         self.before = before
+        self.delay = delay
+        self.overlap = overlap
         self.kind = inner.kind
         self.plain_puts_here = inner.plain_puts_here
 
+    def _announce(self, op: str, key: str, byte_range: ByteRequest | None = None) -> None:
+        if self.before is not None:
+            self.before(op, key, byte_range)
+
     def get(self, key: str) -> tuple[Any, Version]:
-        self.before("get", key)
+        self._announce("get", key)
+        time.sleep(self.delay)
         return self.inner.get(key)
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        self.before("set", key)
+        self._announce("set", key)
+        time.sleep(self.delay)
         return self.inner.put(key, data, expected)
 
     def delete(self, key: str) -> None:
-        self.before("delete", key)
+        self._announce("delete", key)
+        time.sleep(self.delay)
         self.inner.delete(key)
+
+    async def read(
+        self, key: str, byte_range: ByteRequest | None = None, expected: Version | None = None
+    ) -> Got:
+        self._announce("get", key, byte_range)
+        o = self.overlap
+        if o is not None:
+            o.now += 1
+            o.peak = max(o.peak, o.now)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            return await self.inner.read(key, byte_range, expected)
+        finally:
+            if o is not None:
+                o.now -= 1
 
 
 class Overlap:
@@ -235,10 +271,10 @@ class LatencyStore(WrapperStore[Store]):
         await asyncio.sleep(self.delay)
 
     def __shardwise_conditional__(self) -> Conditional | None:
-        """The wrapped store's conditional reads and puts, each after the delay."""
+        """The wrapped store's conditional and versioned reads and puts, each after
+        the delay."""
         inner = conditional(self._store)
-        delay = self.delay
-        return None if inner is None else _PassedOn(inner, lambda op, key: time.sleep(delay))
+        return None if inner is None else _PassedOn(inner, delay=self.delay, overlap=self.overlap)
 
     async def get(self, key: str, prototype: Any, byte_range: ByteRequest | None = None) -> Any:
         o = self.overlap

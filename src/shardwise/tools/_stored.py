@@ -26,11 +26,13 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise.codecs import index_format_from_codecs
+from shardwise.errors import CorruptShardError
 from shardwise.format.grid import check_chunks_per_shard
 from shardwise.format.index import EMPTY, IndexFormat
 from shardwise.format.metadata import metadata_key
 from shardwise.graph.progress import bar_class
 from shardwise.graph.progress import compute as compute_with_progress
+from shardwise.io.conditional import Conditional, conditional
 from shardwise.io.shard_index import Tally, read_shard_index
 
 if TYPE_CHECKING:
@@ -113,11 +115,15 @@ async def _probe_one(
     size: int | None,
     sem: asyncio.Semaphore,
     formats: dict[tuple[int, ...], IndexFormat],
+    versions: Conditional | None,
 ) -> tuple[Sizes | None, int]:
     """(stored bytes per inner chunk, -1 where absent; requests made) of one stored
     shard; None when it disappeared since the listing. A damaged index raises the error
-    a read would (checked against the object's size when the listing gave it; its
-    entries are not fetched, so an entry need only be smaller than any object)."""
+    a read would: checked against the object's size (from the read of the index, when
+    the store has ``versions`` and so tells the size of the version read; else the
+    listing's, asked again when the two disagree, since the shard may have been
+    replaced after it was listed); its entries are not fetched, so an entry need only
+    be smaller than any object."""
     ones = (1,) * info.ndim
     if info.sharding is None:  # a chunk: its size is all there is to know
         if size is not None:
@@ -131,9 +137,40 @@ async def _probe_one(
 
     fmt = index_format(info, shard, formats)
     tally = Tally()
-    table = await read_shard_index(
-        store, key, fmt, array=info.name, size=size, fetching=False, sem=sem, tally=tally
-    )
+
+    async def read(size: int | None) -> npt.NDArray[np.uint64] | None:
+        entry = await read_shard_index(
+            store,
+            key,
+            fmt,
+            versions=versions,
+            array=info.name,
+            size=size,
+            fetching=False,
+            sem=sem,
+            tally=tally,
+        )
+        return entry.table
+
+    if versions is not None:
+        # the object's size comes with its index, from one version: the listing's may
+        # be another's (the shard replaced since it was listed)
+        table = await read(None)
+    else:
+        try:
+            table = await read(size)
+        except CorruptShardError:
+            if size is None:
+                raise
+            # the listing's size may be an older version's: checked again against the
+            # size the object has now (the error stands if the two still disagree)
+            try:
+                tally.requests += 1
+                async with sem:
+                    size = await store.getsize(key)
+            except FileNotFoundError:
+                return None, tally.requests
+            table = await read(size)
     if table is None:
         return None, tally.requests
     sizes = table[..., 1].astype(np.int64)
@@ -149,8 +186,11 @@ async def _probe(
 ) -> list[tuple[Sizes | None, int]]:
     sem = asyncio.Semaphore(concurrency)
     formats: dict[tuple[int, ...], IndexFormat] = {}
+    versions = conditional(store)
     return list(
-        await asyncio.gather(*(_probe_one(store, info, k, s, n, sem, formats) for k, s, n in items))
+        await asyncio.gather(
+            *(_probe_one(store, info, k, s, n, sem, formats, versions) for k, s, n in items)
+        )
     )
 
 

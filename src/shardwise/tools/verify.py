@@ -14,9 +14,13 @@ checked with as few bytes as the checks need:
 The shards checked are those the listing finds (their keys mapped to grid coordinates):
 the cost follows the shards stored, however large the grid.
 
-When only the index needs checking, a shard costs its size and one ranged read of its
-index (:func:`~shardwise.io.shard_index.read_shard_index`, as a read reads it); otherwise
-one read of the whole object. From a shell: ``python -m shardwise
+When only the index needs checking, a shard costs one ranged read of its index
+(:func:`~shardwise.io.shard_index.read_shard_index`, as a read reads it), which on a
+store with versions (local files, memory, S3, obstore's stores) also tells the size of
+the one version read; on other stores the size is asked first, and an index found
+wrong is read once more (the shard may have been replaced between the two requests);
+otherwise one read of the whole object. A shard replaced while it is checked is never
+reported damaged. From a shell: ``python -m shardwise
 verify PATH [--group G] [--decode]``; the exit status is 1 when anything is bad, 2
 when there is no Zarr v3 group or array to verify.
 """
@@ -338,29 +342,43 @@ async def _verify_array(
 async def _read_index(
     reader: ArrayReader, key: str, shard: tuple[int, ...]
 ) -> tuple[ShardwiseError | None, Tally]:
-    """Check one shard's index against the object's size (asked first): (what is wrong
-    with it, or None; the requests made and bytes read). A shard deleted since the
-    listing is no problem."""
+    """Check one shard's index against the object's size: (what is wrong with it, or
+    None; the requests made and bytes read). A shard deleted since the listing is no
+    problem. Where the store has versions, the size comes with the index from the one
+    version read (one request); elsewhere it is asked first, and an index found wrong
+    is checked once more, both asked again, since the shard may have been replaced
+    between the two requests: reported only when it is wrong again."""
     decoder = reader.decoder(shard)
     assert isinstance(decoder, ShardDecoder)
+    versions = reader.fetcher.versions
     tally = Tally()
-    try:
-        tally.requests += 1
-        size = await reader.store.getsize(key)
-        await read_shard_index(
-            reader.store,
-            key,
-            decoder.index,
-            array=reader.info.name,
-            size=size,
-            max_nbytes=decoder.chunk.max_encoded,
-            tally=tally,
-        )
-    except FileNotFoundError:
-        pass
-    except ShardwiseError as e:
-        return e, tally
-    return None, tally
+
+    async def check() -> ShardwiseError | None:
+        try:
+            size = None
+            if versions is None:
+                tally.requests += 1
+                size = await reader.store.getsize(key)
+            await read_shard_index(
+                reader.store,
+                key,
+                decoder.index,
+                versions=versions,
+                array=reader.info.name,
+                size=size,
+                max_nbytes=decoder.chunk.max_encoded,
+                tally=tally,
+            )
+        except FileNotFoundError:
+            pass
+        except ShardwiseError as e:
+            return e
+        return None
+
+    error = await check()
+    if error is not None and versions is None:
+        error = await check()
+    return error, tally
 
 
 async def _fetch(store: Any, key: str) -> tuple[memoryview | None, int]:
