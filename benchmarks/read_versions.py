@@ -87,6 +87,7 @@ fewer reads, 2 runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -95,7 +96,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -700,10 +700,12 @@ def measure_counts(
     out: dict[str, Any] = {}
     for place in places:
         base = {"job": "count", "place": place, "path": str(path), "geometry": asdict(geo)}
-        ctx = None
+        ctx = contextlib.ExitStack()
         if place == "s3":
-            ctx = _S3Endpoint()
-            server, bucket = ctx.__enter__()
+            sys.path.insert(0, str(TESTS))
+            from s3server import endpoint_with_bucket
+
+            server, bucket = ctx.enter_context(endpoint_with_bucket())
             prefix = "count.zarr"
             client = server.boto3()
             for f in sorted(path.rglob("*")):
@@ -724,8 +726,7 @@ def measure_counts(
                 print(f"    {place} {v}: {time.perf_counter() - t0:.1f} s", flush=True)
             out[place] = per_variant
         finally:
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
+            ctx.close()
     return out
 
 
@@ -750,29 +751,6 @@ def print_counts(counts: dict[str, Any]) -> list[str]:
                 differ.append(f"{place}: {case} (old {cells[0]}, new {cells[1]})")
             print(f"| {case} | {' | '.join(cells)} | {same} | {expected_note(case)} |")
     return differ
-
-
-class _S3Endpoint:
-    """moto's server (as ``concurrency.py`` starts it, without serialized writes: this
-    only reads), the AWS variables pointing at it, and a new bucket."""
-
-    def __enter__(self) -> tuple[Any, str]:
-        sys.path.insert(0, str(TESTS))
-        from s3server import S3Server, isolated_aws_environment
-
-        self.tmp = tempfile.TemporaryDirectory()
-        self.server = S3Server(Path(self.tmp.name))
-        self.server.start()
-        self.env = isolated_aws_environment(self.server.endpoint, Path(self.tmp.name))
-        self.env.__enter__()
-        return self.server, self.server.new_bucket()
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.env.__exit__(*exc)
-        finally:
-            self.server.stop()
-            self.tmp.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:

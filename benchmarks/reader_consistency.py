@@ -62,31 +62,6 @@ def recheck_value(text: str) -> bool | str | float:
         ) from None
 
 
-class _s3_endpoint:
-    """moto's server (as the tests' ``s3`` fixture starts it), the AWS variables pointing
-    at it, and a new bucket."""
-
-    def __enter__(self) -> tuple[Any, str]:
-        from s3server import S3Server, isolated_aws_environment
-
-        self.tmp = tempfile.TemporaryDirectory()
-        self.server = S3Server(Path(self.tmp.name))
-        self.server.start()
-        self.env = isolated_aws_environment(self.server.endpoint, Path(self.tmp.name))
-        self.env.__enter__()
-        return self.server, self.server.new_bucket()
-
-    def __exit__(self, *exc: object) -> None:
-        from s3server import close_s3fs_sessions
-
-        try:
-            close_s3fs_sessions()
-        finally:
-            self.env.__exit__(*exc)
-            self.server.stop()
-            self.tmp.cleanup()
-
-
 def run_store(place: str, args: argparse.Namespace, read_options: Any) -> dict[str, Any]:
     from consistency import experiment
 
@@ -102,7 +77,9 @@ def run_store(place: str, args: argparse.Namespace, read_options: Any) -> dict[s
                 pause=args.pause_local,
             )
     elif place == "s3":
-        with _s3_endpoint() as (server, bucket):
+        from s3server import endpoint_with_bucket
+
+        with endpoint_with_bucket() as (server, bucket):
             out = experiment(
                 f"s3://{bucket}/c.zarr",
                 kinds,

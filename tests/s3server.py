@@ -28,6 +28,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -129,6 +130,22 @@ def isolated_aws_environment(endpoint: str, home: Path) -> Iterator[None]:
             old = os.environ.get(name)
             mp.setenv(name, f"{old},127.0.0.1,localhost" if old else "127.0.0.1,localhost")
         yield
+
+
+@contextlib.contextmanager
+def endpoint_with_bucket(serialized: bool = False) -> Iterator[tuple[S3Server, str]]:
+    """For a script that is no test (a benchmark): moto's server in a temporary folder,
+    the AWS variables pointing at it, and a new bucket; all ended on exit, s3fs's cached
+    filesystems closed."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        S3Server(Path(tmp), serialized=serialized) as server,
+        isolated_aws_environment(server.endpoint, Path(tmp)),
+    ):
+        try:
+            yield server, server.new_bucket()
+        finally:
+            close_s3fs_sessions()
 
 
 def close_s3fs_sessions() -> None:
