@@ -27,6 +27,10 @@ import shardwise
 from consistency import SHARDWISE_KINDS, Writer, experiment
 from consistency_writer import CHUNKS, SHAPE, make_array
 
+# a writer process and readers racing it for seconds: run with the whole suite, not in
+# the fast runs on other Pythons and the lowest versions
+pytestmark = pytest.mark.slow
+
 SECONDS = 6.0  # of writes
 MIN_WRITES = 5  # fewer, and the run proved little: the machine was too busy
 
