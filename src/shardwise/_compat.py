@@ -299,22 +299,6 @@ def s3fs_os_error(error: Exception, path: str) -> Exception:
     return translated
 
 
-def s3fs_retryable(error: Exception) -> bool:
-    """Whether s3fs retries a read that failed with ``error`` (its
-    ``S3_RETRYABLE_ERRORS``: timeouts, reset connections, bodies cut short; and client
-    errors that ask to slow down), so that the reads shardwise makes with
-    :func:`s3fs_client` hold up as s3fs's own do. s3fs 2025.2-2026.9. Public: none."""
-    from botocore.exceptions import ClientError
-    from s3fs.core import S3_RETRYABLE_ERRORS
-
-    if isinstance(error, S3_RETRYABLE_ERRORS):
-        return True
-    if isinstance(error, ClientError):
-        text = str(error)
-        return any(p in text for p in ("SlowDown", "reduce your request rate"))
-    return False
-
-
 def memory_store_dict(store: Any) -> Any:
     """The dict behind a zarr-python ``MemoryStore`` (``_store_dict``: key -> Buffer),
     whose objects' identities are their versions for conditional puts. zarr 3.2-3.4.

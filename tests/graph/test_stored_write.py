@@ -20,12 +20,14 @@ from shardwise.graph.read import stored_reader
 
 
 def files(path):
-    """Every file under ``path`` with its bytes."""
+    """Every file under ``path`` with its bytes; metadata documents without the trailing
+    whitespace that makes each conditional put's document distinct (io.conditional.distinct)."""
     out = {}
     for d, _, names in os.walk(path):
         for f in names:
             full = os.path.join(d, f)
-            out[os.path.relpath(full, path)] = Path(full).read_bytes()
+            data = Path(full).read_bytes()
+            out[os.path.relpath(full, path)] = data.rstrip() if f == "zarr.json" else data
     return out
 
 

@@ -6,13 +6,15 @@ array again and lands after the other job's rows."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
+from shardwise.errors import naming_io_errors
 from shardwise.format.rectilinear import grid_of
-from shardwise.io.conditional import Conditional, Version, conditional_path
+from shardwise.io.conditional import Conditional, Version, conditional_path, distinct
 from shardwise.io.stores import write_grid
 
 __all__ = ["append_guard", "grow", "grow_if", "metadata_version"]
@@ -46,12 +48,13 @@ def metadata_version(guard: tuple[Conditional, str]) -> tuple[str, Version]:
     v2) and the version it is now."""
     conditional_store, prefix = guard
     key = f"{prefix}zarr.json"
-    data, version = conditional_store.get(key)
-    if data is None:
-        v2 = f"{prefix}.zarray"
-        data, v2_version = conditional_store.get(v2)
-        if data is not None:
-            return v2, v2_version
+    with _naming(key, "Nothing was appended; run the append again."):
+        data, version = conditional_store.get(key)
+        if data is None:
+            v2 = f"{prefix}.zarray"
+            data, v2_version = conditional_store.get(v2)
+            if data is not None:
+                return v2, v2_version
     return key, version
 
 
@@ -71,10 +74,25 @@ def grow_if(
     metadata = _compat.replace_metadata(arr.metadata, **changes)
     key, expected = version
     leaf = key.rsplit("/", 1)[-1]
-    document = metadata.to_buffer_dict(default_buffer_prototype())[leaf].to_bytes()
-    if not guard[0].put(key, document, expected):
-        return None
+    document = distinct(metadata.to_buffer_dict(default_buffer_prototype())[leaf].to_bytes())
+    advice = (
+        f"Whether the array grew to {tuple(new_shape)} is unknown (its metadata was being "
+        "put): check its shape; if it grew, write the appended rows with region=, else run "
+        "the append again."
+    )
+    with _naming(key, advice):
+        if not guard[0].put(key, document, expected):
+            return None
     return _compat.array_with_metadata(arr, metadata)
+
+
+def _naming(key: str, advice: str) -> contextlib.AbstractContextManager[None]:
+    return naming_io_errors(
+        "growing an array for an append",
+        array=key.rpartition("/")[0] or "/",
+        key=key,
+        advice=advice,
+    )
 
 
 def grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:

@@ -41,8 +41,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import itertools
 import os
+import re
+import secrets
 import threading
 import uuid
 import weakref
@@ -55,6 +58,7 @@ import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.io.open import store_path
+from shardwise.io.retry import retrying, transient
 
 __all__ = [
     "ABSENT",
@@ -64,6 +68,7 @@ __all__ = [
     "Version",
     "conditional",
     "conditional_path",
+    "distinct",
     "file_version",
 ]
 
@@ -128,7 +133,10 @@ class Conditional:
     :meth:`get` returns an object's bytes with the version they are; :meth:`put` stores
     bytes if the object is still ``expected`` (``ABSENT``: there is none) and says
     whether it did, or stores them whatever is there with ``expected=None``. Neither
-    raises on a conflict; store errors propagate."""
+    raises on a conflict; store errors propagate. A refused put is settled by what the
+    store holds: when it holds the bytes put, the put was this writer's own (applied,
+    its response lost, and its retry refused by it), and counts as made; documents
+    that another writer could put alike are made :func:`distinct` first."""
 
     kind = ""
     # whether plain puts and deletes of a guarded write must go through :meth:`put` and
@@ -154,6 +162,17 @@ class Conditional:
         rides on the same request: ``If-Match`` on S3, the open file's identity on a
         local file system)."""
         raise NotImplementedError
+
+
+def distinct(document: bytes) -> bytes:
+    """A JSON document (a ``zarr.json``) made unlike any other put: a random 64-bit
+    token after it, as white space (spaces and tabs), which JSON ignores. A conditional
+    put whose outcome is settled by what the store holds (:meth:`Conditional.put`) then
+    never takes another writer's document for its own, where two jobs would write the
+    same bytes (two appends of as many rows grow an array to the same document)."""
+    bits = secrets.randbits(64)
+    token = "".join(" \t"[(bits >> i) & 1] for i in range(64))
+    return document.rstrip() + b"\n" + token.encode("ascii") + b"\n"
 
 
 def conditional(store: Any) -> Conditional | None:
@@ -453,41 +472,76 @@ class _S3fs(Conditional):
         return _compat.sync(self._get(key))
 
     async def _get(self, key: str) -> tuple[bytes | None, Version]:
-        from botocore.exceptions import ClientError
-
-        bucket, obj = self._where(key)
-        client = await _compat.s3fs_client(self.fs, bucket)
-        try:
-            response = await client.get_object(Bucket=bucket, Key=obj)
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None, ABSENT
-            raise
-        async with response["Body"] as body:
-            data = await body.read()
-        return data, Version(("etag", response["ETag"]))
+        got = await self.read(key)
+        return (None if got.data is None else bytes(got.data)), got.version or ABSENT
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
         return _compat.sync(self._put(key, data, expected))
 
     async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
-        from botocore.exceptions import ClientError
-
         bucket, obj = self._where(key)
         client = await _compat.s3fs_client(self.fs, bucket)
         condition: dict[str, str] = {}
         if expected is not None:
             condition = {"IfNoneMatch": "*"} if expected.absent else {"IfMatch": expected.tag[1]}
         body = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+        refused: list[bool] = []
+
+        async def put() -> None:
+            try:
+                await client.put_object(Bucket=bucket, Key=obj, Body=body, **condition)
+            except Exception as e:
+                if condition and _is_conflict(e, update="IfMatch" in condition):
+                    refused.append(True)
+                    return
+                raise
+
         try:
-            await client.put_object(Bucket=bucket, Key=obj, Body=body, **condition)
-        except ClientError as e:
-            if condition and _is_conflict(e, update="IfMatch" in condition):
-                return False
-            raise
+            await self._call(put, f"{bucket}/{obj}")
         finally:
             self.fs.invalidate_cache(f"{bucket}/{obj}")
-        return True
+        if not refused:
+            return True
+        # Refused: another writer's version is there, or this one's. A put whose
+        # response was lost is applied, and its retry (botocore's own, or ours after a
+        # fault) is refused by the very object it put: what the store holds says.
+        return await self._holds(client, key, body)
+
+    async def _holds(self, client: Any, key: str, body: bytes) -> bool:
+        """Whether the object is now ``body``: its ETag against the body's MD5 where
+        the ETag is one (a single put without KMS), else its bytes."""
+        bucket, obj = self._where(key)
+        try:
+            head = await self._call(
+                lambda: client.head_object(Bucket=bucket, Key=obj), f"{bucket}/{obj}"
+            )
+        except FileNotFoundError:
+            return False
+        etag = str(head.get("ETag", "")).strip('"')
+        if _MD5.fullmatch(etag):
+            return etag == hashlib.md5(body, usedforsecurity=False).hexdigest()
+        got = await self.read(key)
+        return got.data is not None and bytes(got.data) == body
+
+    async def _call(self, call: Any, path: str) -> Any:
+        """``await call()`` with the transient faults retried (:mod:`shardwise.io.retry`);
+        what is left raised as the ``OSError`` s3fs would raise (an unexpected client
+        error) or a ``ConnectionError`` (a fault that outlasted the retries), so that a
+        write or read names the array and key it was for."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return await retrying(call)
+        except ClientError as e:
+            raise _compat.s3fs_os_error(e, path) from e
+        except OSError:
+            raise
+        except Exception as e:
+            if transient(e):
+                raise ConnectionError(
+                    f"{path}: {type(e).__name__}: {e} (after the retries the policy allows)"
+                ) from e
+            raise
 
     def delete(self, key: str) -> None:
         _compat.sync(self._delete(key))
@@ -502,13 +556,10 @@ class _S3fs(Conditional):
             request["Range"] = _http_range(byte_range)
         if expected is not None:
             request["IfMatch"] = expected.tag[1]
-        tries = max(1, int(getattr(self.fs, "retries", 5)))
-        for attempt in range(tries):
+
+        async def get() -> Got:
             try:
                 response = await client.get_object(Bucket=bucket, Key=obj, **request)
-                async with response["Body"] as body:
-                    data = await body.read()
-                break
             except ClientError as e:
                 status, code = _status(e)
                 if status == 404 or code in ("NoSuchKey", "404"):
@@ -517,23 +568,29 @@ class _S3fs(Conditional):
                     return Got(None, ABSENT, None)
                 if status == 412 or code == "PreconditionFailed":
                     raise Stale(key) from None
-                if attempt + 1 == tries or not _compat.s3fs_retryable(e):
-                    raise _compat.s3fs_os_error(e, f"{bucket}/{obj}") from e
-            except Exception as e:
-                if attempt + 1 == tries or not _compat.s3fs_retryable(e):
-                    raise
-            # as s3fs retries its own reads (a reset connection, a body cut short,
-            # SlowDown), with its pauses
-            await asyncio.sleep(min(1.7**attempt * 0.1, 15))
-        return Got(memoryview(data), Version(("etag", response["ETag"])), _object_size(response))
+                raise
+            # (a body cut short raises here, and the whole request is tried again)
+            async with response["Body"] as body:
+                data = await body.read()
+            return Got(
+                memoryview(data), Version(("etag", response["ETag"])), _object_size(response)
+            )
+
+        got: Got = await self._call(get, f"{bucket}/{obj}")
+        return got
 
     async def _delete(self, key: str) -> None:
         bucket, obj = self._where(key)
         client = await _compat.s3fs_client(self.fs, bucket)
         try:
-            await client.delete_object(Bucket=bucket, Key=obj)
+            await self._call(
+                lambda: client.delete_object(Bucket=bucket, Key=obj), f"{bucket}/{obj}"
+            )
         finally:
             self.fs.invalidate_cache(f"{bucket}/{obj}")
+
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
 
 
 # -- obstore -----------------------------------------------------------------------------------
@@ -595,12 +652,15 @@ class _Obstore(Conditional):
         except (AlreadyExistsError, PreconditionError, FileExistsError):
             if expected is None:
                 raise
-            return False
         except (NotFoundError, FileNotFoundError):  # gone since it was read
             if expected is None or expected.absent:
                 raise
-            return False
-        return True
+        else:
+            return True
+        # Refused: another writer's version is there, or this one's (obstore retries a
+        # put whose response was lost, and the retry is refused by what it put)
+        got = await self.read(key)
+        return got.data is not None and bytes(got.data) == body
 
     async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
         import obstore

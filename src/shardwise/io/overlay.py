@@ -9,6 +9,7 @@ or shardwise would raise is raised before the real store is touched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
@@ -16,7 +17,8 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store
 from zarr.storage import WrapperStore
 
-from shardwise.errors import ConflictError
+from shardwise.errors import ConflictError, naming_io_errors
+from shardwise.io.conditional import distinct
 
 __all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore"]
 
@@ -218,7 +220,8 @@ class GuardedOverlay(OverlayStore):
             data: Any = self._snapshot[key]
         else:
             # (the guard's calls are synchronous: off this event loop, which they may use)
-            data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
+            with _naming(self.prefix + key, "Nothing of this append was written; run it again."):
+                data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
             data = None if data is None else bytes(data)
             self._versions[key] = version
             self._snapshot[key] = data
@@ -246,7 +249,18 @@ class GuardedOverlay(OverlayStore):
             # plain put; zarr-python reads what it merges into, and checks what it
             # creates, so those are conditional)
             expected = self._versions.get(key)
-            if self.guard.put(self.prefix + key, data, expected):
+            if expected is not None and _leaf(key) in _METADATA:
+                data = distinct(data)  # (never taken for another job's put of the same)
+            advice = (
+                "Nothing of this append was written; run it again."
+                if not done
+                else f"{', '.join(map(repr, done))} were written already: check the arrays' "
+                "lengths along the append dimension, trim the longer ones "
+                "(zarr.open_array(...).resize(...)) and run the append again."
+            )
+            with _naming(self.prefix + key, advice):
+                stored = self.guard.put(self.prefix + key, data, expected)
+            if stored:
                 done.append(key)
                 continue
             if not done:
@@ -289,6 +303,16 @@ class GuardedOverlay(OverlayStore):
             if self.guard.put(self.prefix + key, merged, version):
                 return True
         return False
+
+
+def _naming(key: str, advice: str) -> contextlib.AbstractContextManager[None]:
+    """A store error of an append's metadata step names the document and its array."""
+    return naming_io_errors(
+        "an append's metadata step",
+        array=key.rpartition("/")[0] or "/",
+        key=key,
+        advice=advice,
+    )
 
 
 _ARRAY_DOCUMENTS = (".zarray",)

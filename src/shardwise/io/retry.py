@@ -1,0 +1,148 @@
+"""Transient store faults, retried: one policy for the requests shardwise makes itself.
+
+Most requests go through zarr-python's stores, whose clients retry what they retry
+(s3fs, obstore). The requests shardwise makes with a store's own client, to carry a
+condition or to learn a version (:mod:`shardwise.io.conditional`: versioned reads,
+conditional puts, deletes), get their retries here: throttling (``503 SlowDown``) and
+server errors (``500``, ``502``, ``504``), connections reset or refused, bodies cut
+short, timeouts. Exponential backoff with full jitter, bounded in tries and in total
+time (:func:`policy`: dask config ``shardwise.store-retries`` and
+``shardwise.store-retry-seconds``), and counted (:func:`retried`).
+
+A retried write is not always safe to retry blindly: a conditional put whose response
+was lost may have been applied, and its retry then fails its condition against this
+very write. The conditional puts settle such an outcome by looking at what the store
+holds (:meth:`shardwise.io.conditional.Conditional.put`); this module only says what is
+transient and how long to wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+__all__ = ["RetryPolicy", "policy", "retried", "retrying", "transient"]
+
+_STATUSES = frozenset({500, 502, 503, 504})
+_CODES = frozenset(
+    {
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a request that failed transiently is tried again: at most ``attempts``
+    tries in all, and no new try after ``seconds`` since the first; before try ``n``
+    (from 1) a pause of a random time up to ``base * 2**(n-1)``, at most ``cap``."""
+
+    attempts: int = 10
+    seconds: float = 120.0
+    base: float = 0.1
+    cap: float = 10.0
+
+    def pause(self, attempt: int) -> float:
+        return random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
+
+
+def policy() -> RetryPolicy:
+    """The policy from dask config ``shardwise.store-retries`` (tries in all, default
+    10) and ``shardwise.store-retry-seconds`` (default 120)."""
+    import dask.config
+
+    attempts = dask.config.get("shardwise.store-retries", 10)
+    seconds = dask.config.get("shardwise.store-retry-seconds", 120.0)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(
+            f"dask config shardwise.store-retries must be an int >= 1, got {attempts!r}"
+        )
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise ValueError(
+            f"dask config shardwise.store-retry-seconds must be a number >= 0, got {seconds!r}"
+        )
+    return RetryPolicy(attempts=attempts, seconds=float(seconds))
+
+
+_COUNTS: Counter[str] = Counter()
+_LOCK = threading.Lock()
+
+
+def retried() -> dict[str, int]:
+    """How many requests of this process were tried again, by the kind of fault (the
+    exception's class name): a figure for tests and benchmarks."""
+    with _LOCK:
+        return dict(_COUNTS)
+
+
+def _count(error: BaseException) -> None:
+    with _LOCK:
+        _COUNTS[type(error).__name__] += 1
+
+
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` is a fault worth trying again: throttling and server errors
+    (HTTP 500, 502, 503, 504 and S3's codes for them), connections reset, refused or
+    closed early, bodies shorter than their length, timeouts. Not: refusals (403,
+    404, 412...), errors in what was sent."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):  # a botocore ClientError: an answer from the server
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = response.get("Error", {}).get("Code")
+        return status in _STATUSES or code in _CODES
+    if isinstance(error, ConnectionError | TimeoutError | asyncio.TimeoutError):
+        return True
+    names = {f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__}
+    return any(name in names for name in _TRANSIENT_CLASSES)
+
+
+# by name, so that neither botocore nor aiohttp is imported for a store that needs neither
+_TRANSIENT_CLASSES = (
+    "botocore.exceptions.ConnectionError",  # closed, refused, timeouts of connecting
+    "botocore.exceptions.HTTPClientError",
+    "botocore.exceptions.ReadTimeoutError",
+    "botocore.exceptions.ResponseStreamingError",
+    "botocore.exceptions.IncompleteReadError",
+    "urllib3.exceptions.ProtocolError",
+    "aiohttp.client_exceptions.ClientPayloadError",
+    "aiohttp.client_exceptions.ClientConnectionError",
+    "aiohttp.client_exceptions.ServerDisconnectedError",
+    "aiohttp.http_exceptions.BadStatusLine",
+    "http.client.IncompleteRead",
+    "http.client.RemoteDisconnected",
+)
+
+
+async def retrying[T](
+    call: Callable[[], Awaitable[T]], *, retry_on: Callable[[BaseException], bool] = transient
+) -> T:
+    """``await call()``, tried again after a transient fault (``retry_on``) within the
+    :func:`policy`; the last fault is raised when the tries or the time run out."""
+    rules = policy()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except Exception as error:
+            attempt += 1
+            if (
+                not retry_on(error)
+                or attempt >= rules.attempts
+                or loop.time() - start >= rules.seconds
+            ):
+                raise
+            _count(error)
+            await asyncio.sleep(rules.pause(attempt))

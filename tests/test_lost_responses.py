@@ -1,0 +1,213 @@
+"""Writes through an object store that loses responses: a conditional put that reaches
+the server and is applied, whose response never comes back (``tests/faultproxy.py``
+between s3fs and moto's server, its writes serialized so that conditional puts are
+atomic as on S3). botocore sends the request again by itself, and the retry is refused
+(412) by the object the first one put: a write must take that for its own, never for
+another job's.
+
+For every n, the response of the n-th conditional put an operation makes is lost; the
+operation must end exactly as without the fault: an append grows the array once, by its
+rows, in their place.
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import shardwise
+from faultproxy import FaultProxy
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+
+ROWS = 50
+
+
+@pytest.fixture
+def proxy(s3_serialized):
+    with FaultProxy(s3_serialized.endpoint, max_seconds=300) as p:
+        yield p
+
+
+def options(proxy: FaultProxy, server) -> dict:
+    return server.storage_options(endpoint_url=proxy.endpoint)
+
+
+def block(start: int, rows: int = ROWS) -> np.ndarray:
+    """Rows that say where they belong: row r holds r in every column."""
+    return np.repeat(np.arange(start, start + rows, dtype="f8")[:, None], 4, axis=1)
+
+
+def conditional_puts(proxy: FaultProxy) -> int:
+    return proxy.injected.total()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_a_dask_array_append_whose_nth_conditional_put_is_lost(
+    s3_serialized, serialized_bucket, proxy, n
+):
+    url = f"s3://{serialized_bucket}/a.zarr"
+    so = options(proxy, s3_serialized)
+    first = da.from_array(block(0, 150), chunks=ROWS)
+    shardwise.to_zarr(first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4))
+    proxy.lose_nth(n, FaultProxy.conditional_put)
+    more = da.from_array(block(150), chunks=ROWS)
+    shardwise.to_zarr(more, url, path="v", mode="a", append_dim=0, storage_options=so)
+    stored = zarr.open_array(
+        url, path="v", mode="r", storage_options=s3_serialized.storage_options()
+    )
+    assert stored.shape == (200, 4), f"lost put #{n}: {stored.shape}"
+    np.testing.assert_array_equal(stored[...], block(0, 200))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
+def test_a_dataset_append_whose_nth_conditional_put_is_lost(
+    s3_serialized, serialized_bucket, proxy, n
+):
+    url = f"s3://{serialized_bucket}/d.zarr"
+    so = options(proxy, s3_serialized)
+
+    def dataset(start: int, rows: int) -> xr.Dataset:
+        values = block(start, rows)
+        return xr.Dataset(
+            {
+                "temp": (("y", "x"), values),
+                "salt": (("y", "x"), values + 0.5),
+            },
+            coords={"y": np.arange(start, start + rows)},
+        ).chunk({"y": ROWS})
+
+    encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
+    shardwise.to_zarr(
+        dataset(0, 150), url, storage_options=so, consolidated=False, encoding=encoding
+    )
+    proxy.lose_nth(n, FaultProxy.conditional_put)
+    shardwise.to_zarr(
+        dataset(150, ROWS), url, append_dim="y", storage_options=so, consolidated=False
+    )
+    back = xr.open_dataset(
+        url,
+        engine="zarr",
+        consolidated=False,
+        storage_options=s3_serialized.storage_options(),
+    )
+    assert dict(back.sizes) == {"y": 200, "x": 4}, f"lost put #{n}: {dict(back.sizes)}"
+    xr.testing.assert_equal(back.load(), dataset(0, 200).load())
+
+
+def ours(request) -> bool:
+    """A request shardwise makes itself: a conditional put, a read against a version."""
+    return FaultProxy.conditional_put(request) or "if-match" in request.headers
+
+
+def every_other(when):
+    """A predicate true for every other request ``when`` is true for (the first
+    included): each fault is followed by a request that passes."""
+    import itertools
+    import threading
+
+    count = itertools.count()
+    lock = threading.Lock()
+
+    def pick(request) -> bool:
+        if not when(request):
+            return False
+        with lock:
+            return next(count) % 2 == 0
+
+    return pick
+
+
+@pytest.mark.parametrize("fault", ["slowdown503", "error500", "reset", "short"])
+@pytest.mark.parametrize("client_retries", ["botocore", "none"])
+def test_transient_faults_are_retried(
+    s3_serialized, serialized_bucket, proxy, fault, client_retries
+):
+    """Faults on a third of the requests (with botocore's own retries), or on every other
+    request shardwise makes itself with botocore retrying nothing: an append and a
+    region write that merge into shards end exact; in the second case the retries are
+    shardwise's, and counted."""
+    from shardwise.io.retry import retried
+
+    url = f"s3://{serialized_bucket}/t.zarr"
+    so = options(proxy, s3_serialized)
+    if client_retries == "none":
+        so["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
+    shardwise.to_zarr(
+        da.from_array(block(0, 150), chunks=ROWS),
+        url,
+        path="v",
+        storage_options=so,
+        shards=(100, 4),
+        chunks=(10, 4),
+    )
+    before = sum(retried().values())
+    if client_retries == "none":
+        proxy.inject(fault, 1.0, when=every_other(ours))
+    else:
+        proxy.inject(fault, 0.33)
+    shardwise.to_zarr(
+        da.from_array(block(150), chunks=ROWS),
+        url,
+        path="v",
+        mode="a",
+        append_dim=0,
+        storage_options=so,
+    )
+    shardwise.to_zarr(
+        da.from_array(np.full((20, 4), 7.0), chunks=20),
+        url,
+        path="v",
+        region=(slice(20, 40),),
+        storage_options=so,
+    )
+    got = shardwise.ArrayReader.open(url, "v", storage_options=so)[...]
+    injected = proxy.injected.total()
+    proxy.clear()
+    expected = block(0, 200)
+    expected[20:40] = 7.0
+    np.testing.assert_array_equal(got, expected)
+    assert injected > 0
+    if client_retries == "none" and fault in ("slowdown503", "error500"):
+        # (an error answer reaches shardwise whole; a reset or a short answer to a put
+        # whose headers came through, aiohttp may take as the answer, which it is)
+        assert sum(retried().values()) - before >= injected
+
+
+def test_a_fault_that_outlasts_the_retries_names_the_array_and_key(
+    s3_serialized, serialized_bucket, proxy
+):
+    import dask
+
+    url = f"s3://{serialized_bucket}/f.zarr"
+    so = options(proxy, s3_serialized)
+    shardwise.to_zarr(
+        da.from_array(block(0, 150), chunks=ROWS),
+        url,
+        path="v",
+        storage_options=so,
+        shards=(100, 4),
+        chunks=(10, 4),
+    )
+    proxy.inject("reset", 1.0, when=FaultProxy.conditional_put)
+    with (
+        dask.config.set({"shardwise.store-retries": 2}),
+        pytest.raises(shardwise.StoreIOError) as info,
+    ):
+        shardwise.to_zarr(
+            da.from_array(block(150), chunks=ROWS),
+            url,
+            path="v",
+            mode="a",
+            append_dim=0,
+            storage_options=so,
+        )
+    proxy.clear()
+    err = info.value
+    assert err.key is not None and err.key.endswith("v/zarr.json"), err
+    assert err.array is not None and "check its shape" in str(err)
+    assert isinstance(err.__cause__, ConnectionError)
