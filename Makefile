@@ -17,7 +17,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
+.PHONY: demo test venvs test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "shardwise needs Python >= 3.12, found " + sys.version.split()[0] + " at " + sys.executable)'
@@ -41,11 +41,26 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-test: test-main test-3.13 test-lowest
+test: venvs test-main test-3.13 test-lowest
+
+# the three environments at once (their installs mostly wait on disk and network)
+venvs:
+	$(MAKE) --no-print-directory -j3 $(STAMP) $(LOWEST)/.installed $(if $(PYTHON313),$(PY313)/.installed)
+
+# Every pytest run is bounded in wall-clock time (minutes): at the bound it is interrupted
+# (SIGINT: pytest prints what ran and where it stood), then killed a minute later. Each
+# test is bounded too (pytest-timeout, pyproject), and the suite's conftest ends a
+# process that does not exit after the session (a stuck thread), so a stuck test fails
+# the run in minutes instead of holding CI to its limit.
+MAIN_MINUTES ?= 45
+FAST_MINUTES ?= 20
+BOUNDED = timeout --signal=INT --kill-after=60
+# the suite runs on every core, up to 4 processes (pytest-xdist); PARALLEL= runs it in one
+PARALLEL ?= --numprocesses=auto --maxprocesses=4
 
 # the whole suite on the newest versions, with the notebooks and the built site in Chromium
 test-main: lint docs chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
 # The promises pyproject makes, tested: the fast part of the suite (no slow cases, no
 # notebooks, no packaging, site or command-line checks, not dask's and xarray's own
@@ -58,7 +73,7 @@ LOWEST := .venv-lowest
 PY313 := .venv-3.13
 
 test-lowest: $(LOWEST)/.installed
-	$(LOWEST)/bin/python -m pytest $(FAST) $(PYTEST_ARGS)
+	$(BOUNDED) $(FAST_MINUTES)m $(LOWEST)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS)
 
 # two steps: the declared dependencies at their floors first, then the test tools held to
 # what that installed (one step sends pip's resolver backtracking through moto's history)
@@ -79,7 +94,7 @@ test-3.13:
 		if [ -n "$$CI" ]; then echo "no Python 3.13 found (PYTHON313=...)"; exit 1; fi; \
 		echo "no Python 3.13 found: the Python 3.13 run is skipped (set PYTHON313=...)"; \
 	else $(MAKE) --no-print-directory $(PY313)/.installed && \
-		$(PY313)/bin/python -m pytest $(FAST) $(PYTEST_ARGS); fi
+		$(BOUNDED) $(FAST_MINUTES)m $(PY313)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS); fi
 
 $(PY313)/.installed: pyproject.toml
 	rm -rf $(PY313)

@@ -1,10 +1,72 @@
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+import threading
+import time
+
 import pytest
 
 import shardwise
 
 from datasets import WEATHER_ENCODING, weather
+
+# -- nothing a test starts outlives it, and pytest always exits ---------------------------
+GRACE = 5.0  # seconds a test's leftover threads get to end before the test fails
+EXIT_GRACE = 60.0  # seconds the interpreter gets to exit after the session, then it is ended
+
+
+def _stray(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Non-daemon threads started since ``before`` and still running, but for the workers
+    of thread pools (concurrent.futures, asyncio's default executor): those end when
+    their pool is shut down, as Python does at exit (a pool's worker runs
+    ``concurrent.futures.thread._worker``)."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before
+        and not t.daemon
+        and t.is_alive()
+        and getattr(getattr(t, "_target", None), "__module__", "") != "concurrent.futures.thread"
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_threads():
+    """A test that leaves a non-daemon thread running fails: such a thread keeps Python
+    from exiting, and so holds CI open after the suite (run test threads with
+    ``bounded.run_threads``, or as daemons joined with a timeout)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + GRACE
+    while (stray := _stray(before)) and time.monotonic() < deadline:
+        stray[0].join(max(0.0, deadline - time.monotonic()))
+    assert not stray, f"the test left threads running: {[t.name for t in stray]}"
+
+
+def pytest_unconfigure(config):
+    """The last hook pytest runs. Should the interpreter not exit within EXIT_GRACE
+    seconds (a thread that never ends: Python waits for every non-daemon thread),
+    the stacks of all threads are printed and the process ends with pytest's exit
+    status, so that a stuck thread fails the run instead of holding CI to its limit."""
+    status = getattr(config, "_shardwise_exitstatus", 1)
+
+    def watchdog() -> None:
+        time.sleep(EXIT_GRACE)
+        print(
+            f"\npytest has not exited {EXIT_GRACE:.0f} s after the session; threads:",
+            file=sys.stderr,
+        )
+        faulthandler.dump_traceback(all_threads=True)
+        sys.stderr.flush()
+        os._exit(int(status) or 1)
+
+    threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._shardwise_exitstatus = exitstatus
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,7 @@ import xarray as xr
 import zarr
 
 import shardwise
+from bounded import run_threads
 from shardwise import ConflictError, WriteError
 
 WORKER = Path(__file__).with_name("concurrency_worker.py")
@@ -351,7 +352,7 @@ def _race_creates(
     ]
     wins = []
     for t in range(tries):
-        barrier = threading.Barrier(writers)
+        barrier = threading.Barrier(writers, timeout=60)
         won = []
         key = f"race/{'update' if update else 'create'}/{t}"
         condition = {"IfNoneMatch": "*"}
@@ -369,11 +370,7 @@ def _race_creates(
             except ClientError:
                 pass
 
-        threads = [threading.Thread(target=put, args=(c, i)) for i, c in enumerate(clients)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        run_threads([lambda c=c, i=i: put(c, i) for i, c in enumerate(clients)])
         wins.append(len(won))
     for c in clients:
         c.close()
@@ -402,6 +399,7 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
     key = "v/c/0/0"
     reads = threading.Semaphore(0)
     waited: set[int] = set()
+    gate = threading.Lock()  # one put at a time takes both reads (else each takes one, and waits)
     get, put = conditional._Local.get, conditional._Local.put
 
     def gated_get(self, k):
@@ -414,10 +412,10 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
         me = threading.get_ident()
         if k == key and expected is not None and me not in waited:
             waited.add(me)
-            reads.acquire()  # both have read (each put takes one of the two reads)
-            reads.acquire()
-            reads.release()
-            reads.release()
+            with gate:  # both have read: take both reads, and give them back
+                assert reads.acquire(timeout=30) and reads.acquire(timeout=30), "no two reads"
+                reads.release()
+                reads.release()
         return put(self, k, data, expected)
 
     monkeypatch.setattr(conditional._Local, "get", gated_get)
@@ -429,14 +427,7 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
         with dask.config.set(scheduler="synchronous"):
             shardwise.to_zarr(x, store, path="v", region=(rows,))
 
-    threads = [
-        threading.Thread(target=job, args=(slice(0, 10), 1.0)),
-        threading.Thread(target=job, args=(slice(50, 60), 2.0)),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    run_threads([lambda: job(slice(0, 10), 1.0), lambda: job(slice(50, 60), 2.0)], timeout=60)
     got = zarr.open_array(store, path="v")[...]
     np.testing.assert_array_equal(got[0:10], 1.0)
     np.testing.assert_array_equal(got[50:60], 2.0)

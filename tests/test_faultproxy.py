@@ -23,6 +23,7 @@ takes ``max_attempts`` for the number of *retries* (``botocore/args.py`` adds on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import http.client
@@ -231,10 +232,14 @@ def test_short_sends_less_body_than_its_content_length(s3, bucket, proxy, one):
     assert any(isinstance(e, http.client.BadStatusLine) for e in _chain(put.value))
     assert _on_server(s3, bucket, "written") == b"w"
 
-    # a cut XML body: botocore makes the 200 a 500 of its own (_handle_200_error)
-    with pytest.raises(ClientError) as listed:
+    # a cut XML body: botocore makes the 200 a 500 of its own (_handle_200_error), or,
+    # at 1.41 (the lowest-versions run; 1.43 makes the 500), raises the cut connection
+    with pytest.raises((ClientError, ConnectionClosedError)) as listed:
         one.list_objects_v2(Bucket=bucket)
-    assert _code(listed.value) == ("500", 500)
+    if isinstance(listed.value, ClientError):
+        assert _code(listed.value) == ("500", 500)
+    else:
+        assert any(isinstance(e, http.client.IncompleteRead) for e in _chain(listed.value))
 
 
 def test_stall_outlasts_the_read_timeout(s3, bucket, proxy):
@@ -411,10 +416,17 @@ def test_obstore_through_the_proxy(s3, bucket, proxy):
         client_options={"allow_http": True},
     )
     data = os.urandom(100_000)
-    obstore.put(store, "o/data", data)
-    assert obstore.get(store, "o/data").bytes() == data
-    assert bytes(obstore.get_range(store, "o/data", start=10, end=20)) == data[10:20]
-    assert obstore.head(store, "o/data")["size"] == len(data)
+
+    # obstore's async calls: its blocking ones hold the GIL at 0.6 (the floor), and so
+    # stop the proxy's threads in this process until they time out
+    async def requests() -> tuple[bytes, bytes, int]:
+        await obstore.put_async(store, "o/data", data)
+        whole = await (await obstore.get_async(store, "o/data")).bytes_async()
+        part = await obstore.get_range_async(store, "o/data", start=10, end=20)
+        return bytes(whole), bytes(part), (await obstore.head_async(store, "o/data"))["size"]
+
+    whole, part, size = asyncio.run(requests())
+    assert whole == data and part == data[10:20] and size == len(data)
     assert _on_server(s3, bucket, "o/data") == data
     assert proxy.forwarded == proxy.received >= 4
     assert not proxy.injected

@@ -36,6 +36,7 @@ import zarr
 from zarr.storage import LocalStore, WrapperStore
 
 import shardwise
+from bounded import join_all
 from shardwise.codecs import ShardDecoder
 from shardwise.format.metadata import ArrayInfo
 
@@ -359,7 +360,7 @@ def test_job_killed_part_way_then_rerun(client, tmp_path, kind):
         _kill_and_rerun(kind, path, tmp_path, poller, old, new)
     finally:
         poller.stop.set()
-        poller.join()
+        join_all([poller], timeout=TIMEOUT)
 
 
 def _kill_and_rerun(
@@ -434,7 +435,7 @@ def _kill_and_rerun(
     write(kind, path, version=1, delay=0.0)
     wait_for(lambda: poller.count("new") == NSHARDS, "the re-run's shards to be polled")
     poller.stop.set()
-    poller.join()
+    join_all([poller], timeout=TIMEOUT)
     assert poller.error is None
 
     # no reader ever saw a torn shard: only absent, old or new
@@ -502,7 +503,7 @@ def region_job(
 
 def run_concurrently(jobs: list[Any]) -> list[tuple[float, float]]:
     """Run each job in a thread of its own, started together; their wall-clock spans."""
-    start = threading.Barrier(len(jobs))
+    start = threading.Barrier(len(jobs, timeout=60))
     spans: list[Any] = [None] * len(jobs)
     errors: list[BaseException] = []
 
@@ -515,14 +516,12 @@ def run_concurrently(jobs: list[Any]) -> list[tuple[float, float]]:
         except BaseException as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(TIMEOUT)
+    join_all(threads, timeout=TIMEOUT)
     if errors:
         raise errors[0]
-    assert all(not t.is_alive() for t in threads)
     return spans
 
 

@@ -185,6 +185,7 @@ def test_a_fault_that_outlasts_the_retries_names_the_array_and_key(
 
     url = f"s3://{serialized_bucket}/f.zarr"
     so = options(proxy, s3_serialized)
+    so["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
     shardwise.to_zarr(
         da.from_array(block(0, 150), chunks=ROWS),
         url,

@@ -99,7 +99,7 @@ def run_with_tty_stderr(*args: object) -> tuple[str, str, int]:
                 break
             shown.append(data)
 
-    reader = threading.Thread(target=pump)
+    reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
         proc = run(*args, stderr=slave)

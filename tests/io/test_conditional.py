@@ -11,6 +11,7 @@ import pytest
 import zarr
 from zarr.storage import FsspecStore, LocalStore, MemoryStore, ZipStore
 
+from bounded import run_threads
 from shardwise.io.conditional import ABSENT, Version, conditional
 
 
@@ -64,7 +65,7 @@ def test_local_lock_orders_threads(tmp_path):
     guard = conditional(LocalStore(str(tmp_path)))
     guard.put("k", b"0", None)
     _, v = guard.get("k")
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(8, timeout=60)
     wins = []
 
     def put(i: int) -> None:
@@ -72,11 +73,7 @@ def test_local_lock_orders_threads(tmp_path):
         if guard.put("k", str(i).encode(), v):
             wins.append(i)
 
-    threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads([lambda i=i: put(i) for i in range(8)], timeout=60)
     assert len(wins) == 1
     assert guard.get("k")[0] == str(wins[0]).encode()
 

@@ -18,6 +18,7 @@ import zarr
 from test_cli import LEGACY, run
 
 import shardwise
+from bounded import run_threads
 from shardwise.errors import OverlapError, ShardwiseError
 from shardwise.io.stores import Location, check_apart, location
 
@@ -371,14 +372,7 @@ def test_loads_in_flight_are_shared_per_loop_across_threads():
     async def many():
         return await asyncio.gather(*(flight.run("k", load) for _ in range(20)))
 
-    results = []
-    threads = [
-        threading.Thread(target=lambda: results.append(asyncio.run(many()))) for _ in range(4)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_threads([lambda: asyncio.run(many())] * 4, timeout=60)
     assert len(calls) == 4  # one load per event loop, whatever the threads
     assert all(len(set(r)) == 1 for r in results) and len(flight) == 0
 

@@ -4,8 +4,6 @@ one) it stays on one. Same values as zarr-python's read, every way."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import xarray as xr
@@ -13,6 +11,7 @@ import zarr
 from zarr.storage import MemoryStore
 
 import shardwise
+from bounded import run_threads
 from shardwise import ReadOptions
 from shardwise.io.reader import ArrayReader, read_threads
 
@@ -52,11 +51,7 @@ def test_xarray_values_without_chunks(tmp_path):
 def test_dask_tasks_read_on_one_thread_and_the_main_thread_on_every_core():
     assert read_threads(None) >= 1
     assert read_threads(5) == 5
-    seen = []
-    t = threading.Thread(target=lambda: seen.append(read_threads(None)))
-    t.start()
-    t.join()
-    assert seen == [1]
+    assert run_threads([lambda: read_threads(None)], timeout=60) == [1]
 
 
 def test_an_error_in_a_read_thread_reaches_the_caller(tmp_path):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
+from bounded import join_all
 from shardwise import StoreExistsError, WriteError
 from shardwise.codecs import ShardDecoder
 from shardwise.format.grid import auto_chunks, auto_shards
@@ -488,7 +489,7 @@ def test_readers_never_see_a_torn_shard(tmp_path):
             decoder.parse(np.frombuffer(raw, "u1"), key="v/c/0/0")  # raises on a torn shard
             seen.append(len(raw))
 
-    reader = threading.Thread(target=poll)
+    reader = threading.Thread(target=poll, daemon=True)
     reader.start()
     try:
         for i in range(4):
@@ -497,7 +498,7 @@ def test_readers_never_see_a_torn_shard(tmp_path):
             )
     finally:
         stop.set()
-        reader.join()
+        join_all([reader], timeout=60)
     assert seen
     np.testing.assert_array_equal(zarr.open_array(path / "v")[...], big.v.values + 3)
 
