@@ -290,15 +290,16 @@ class S3Server:
             **extra,
         }
 
-    def obstore(self, bucket: str, prefix: str | None = None) -> Any:
-        """A zarr-python ``ObjectStore`` over obstore's ``S3Store`` on this endpoint."""
+    def obstore(self, bucket: str, prefix: str | None = None, endpoint: str | None = None) -> Any:
+        """A zarr-python ``ObjectStore`` over obstore's ``S3Store`` on this endpoint (or
+        on ``endpoint``, a proxy in front of it)."""
         from obstore.store import S3Store
         from zarr.storage import ObjectStore
 
         s3 = S3Store(
             bucket,
             prefix=prefix,
-            endpoint=self.endpoint,
+            endpoint=endpoint or self.endpoint,
             access_key_id=KEY,
             secret_access_key=SECRET,
             region=REGION,

@@ -503,7 +503,7 @@ def region_job(
 
 def run_concurrently(jobs: list[Any]) -> list[tuple[float, float]]:
     """Run each job in a thread of its own, started together; their wall-clock spans."""
-    start = threading.Barrier(len(jobs, timeout=60))
+    start = threading.Barrier(len(jobs), timeout=60)
     spans: list[Any] = [None] * len(jobs)
     errors: list[BaseException] = []
 

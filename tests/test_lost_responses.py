@@ -64,6 +64,31 @@ def test_a_dask_array_append_whose_nth_conditional_put_is_lost(
     np.testing.assert_array_equal(stored[...], block(0, 200))
 
 
+@pytest.mark.parametrize("n", [1, 2])  # (the append makes two conditional puts)
+def test_an_obstore_append_whose_nth_conditional_put_is_lost(
+    s3_serialized, serialized_bucket, proxy, n
+):
+    """The same through obstore (zarr-python's ObjectStore): a conditional put whose
+    response is lost comes back as obstore's GenericError (it does not send such a put
+    again itself); what the store holds says whether it landed."""
+    pytest.importorskip("obstore")
+    store = s3_serialized.obstore(serialized_bucket, "o.zarr", endpoint=proxy.endpoint)
+    first = da.from_array(block(0, 150), chunks=ROWS)
+    shardwise.to_zarr(first, store, path="v", shards=(100, 4), chunks=(10, 4))
+    proxy.lose_nth(n, FaultProxy.conditional_put)
+    shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), store, path="v", append_dim=0)
+    lost = proxy.injected.total()
+    stored = zarr.open_array(
+        f"s3://{serialized_bucket}/o.zarr",
+        path="v",
+        mode="r",
+        storage_options=s3_serialized.storage_options(),
+    )
+    assert lost == 1
+    assert stored.shape == (200, 4), f"lost put #{n}: {stored.shape}"
+    np.testing.assert_array_equal(stored[...], block(0, 200))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
 def test_a_dataset_append_whose_nth_conditional_put_is_lost(
     s3_serialized, serialized_bucket, proxy, n

@@ -129,10 +129,36 @@ def test_grids_no_reader_could_read_are_refused_before_writing(tmp_path, shards,
 class _Failing(zarr.storage.WrapperStore):
     """A store whose shard requests fail as a dropped connection does."""
 
+    error: type[BaseException] = ConnectionResetError
+
     async def get(self, key, prototype, byte_range=None):
         if "/c/" in f"/{key}":
-            raise ConnectionResetError("connection reset by peer")
+            raise self.error("connection reset by peer")
         return await self._store.get(key, prototype, byte_range)
+
+
+def _payload_error(message: str) -> BaseException:
+    aiohttp = pytest.importorskip("aiohttp")
+    return aiohttp.ClientPayloadError(f"Response payload is not completed: {message}")
+
+
+@pytest.mark.parametrize("error", [_payload_error, ConnectionResetError])
+def test_an_object_store_clients_own_error_names_the_array_and_key(tmp_path, error):
+    """A read cut short as aiohttp reports it (ClientPayloadError, no OSError) through
+    s3fs: a StoreIOError naming the array and the key, the client's error its cause,
+    as for the OSErrors of other stores."""
+    path = tmp_path / "s.zarr"
+    zarr.create_array(path, name="v", shape=(8,), chunks=(2,), shards=(4,), dtype="f4")[:] = 1
+
+    class Cut(_Failing):
+        pass
+
+    Cut.error = staticmethod(error)  # type: ignore[assignment]
+    reader = shardwise.ArrayReader.open(Cut(zarr.storage.LocalStore(path, read_only=True)), "v")
+    with pytest.raises(shardwise.StoreIOError) as info:
+        reader[...]
+    assert info.value.array == "v" and info.value.key in ("v/c/0", "v/c/1")
+    assert "ClientPayloadError" in str(info.value) or error is ConnectionResetError
 
 
 @pytest.mark.parametrize("whole", [True, False], ids=["whole-shard", "ranges"])

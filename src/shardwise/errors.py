@@ -187,20 +187,24 @@ class ChangingShardError(ShardwiseError, OSError):
 
 
 class StoreIOError(ShardwiseError, OSError):
-    """A store request failed (the file system's or the object store's own error, kept
-    as the cause) while shardwise read or wrote a shard."""
+    """A store request failed while shardwise read or wrote a shard or an array's
+    metadata: the file system's error, or the object-store client's (after the retries
+    its faults get), kept as the cause."""
 
 
 @contextmanager
 def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterator[None]:
-    """Inside the block, an ``OSError`` that is not shardwise's becomes a
-    :class:`StoreIOError` saying ``what`` failed, on which array and store key, and
-    ``advice``."""
+    """Inside the block, an ``OSError`` that is not shardwise's, or an error of an
+    object-store client library (aiohttp's, botocore's, obstore's, ...: see
+    :func:`is_client_error`), becomes a :class:`StoreIOError` saying ``what`` failed,
+    on which array and store key, and ``advice``."""
     try:
         yield
     except ShardwiseError:
         raise
-    except OSError as e:
+    except Exception as e:
+        if not isinstance(e, OSError) and not is_client_error(e):
+            raise
         raise StoreIOError(
             f"{what} failed: a store request raised an error",
             found=f"{type(e).__name__}: {e}",
@@ -208,3 +212,30 @@ def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterato
             key=key,
             advice=advice,
         ) from e
+
+
+#: the top-level packages of the clients zarr-python's stores talk to object stores with
+CLIENT_PACKAGES = frozenset(
+    {
+        "aiohttp",
+        "aiobotocore",
+        "botocore",
+        "urllib3",
+        "requests",
+        "obstore",
+        "s3fs",
+        "gcsfs",
+        "adlfs",
+        "azure",
+        "google",
+        "fsspec",
+        "http",
+    }
+)
+
+
+def is_client_error(error: BaseException) -> bool:
+    """Whether ``error`` was raised by an object-store client library rather than by
+    shardwise, zarr-python or numpy: its class (or a base class) comes from one of
+    :data:`CLIENT_PACKAGES` (``http`` is the standard library's ``http.client``)."""
+    return any(cls.__module__.partition(".")[0] in CLIENT_PACKAGES for cls in type(error).__mro__)

@@ -1054,3 +1054,13 @@ def test_docs_show_real_cluster_runs(scheduler, tmp_path):
     proc = run(*shlex.split(command)[1:], cwd=tmp_path, env={key: value})
     assert proc.returncode == 2 and proc.stderr == documented(timeout)
     assert not (tmp_path / "c6.zarr").exists()
+
+
+def test_reshard_names_a_document_with_a_shard_no_inner_chunk_divides(tmp_path):
+    from test_reshard import damaged_source
+
+    src = damaged_source(tmp_path / "src.zarr")
+    proc = run("reshard", src, tmp_path / "dst.zarr", "--shards", "t=10")
+    assert proc.returncode == 2, proc.stderr  # the input's fault (docs/cli.md)
+    assert "'v'" in proc.stderr and "v/zarr.json" in proc.stderr, proc.stderr
+    assert "not divisible" in proc.stderr and "Traceback" not in proc.stderr

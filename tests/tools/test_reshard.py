@@ -431,3 +431,29 @@ def test_s3_to_s3(s3, bucket, tmp_path, kind, way, scope):
     if scope == "one":
         source = source[[name]].drop_vars(list(source[[name]].coords))
     xr.testing.assert_identical(dst.open_zarr().load(), source)
+
+
+def damaged_source(path: Path) -> Path:
+    """An array whose document declares shards of 2**62 along 't' in inner chunks of 3
+    (no multiple: zarr-python refuses the document, naming nothing)."""
+    src = zarr.open_group(path, mode="w", zarr_format=3)
+    src.create_array(
+        "v", shape=(20,), dtype="f4", chunks=(5,), shards=(10,), dimension_names=["t"]
+    )[...] = 1
+    meta = json.loads((path / "v" / "zarr.json").read_text())
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [2**62]
+    meta["codecs"][0]["configuration"]["chunk_shape"] = [3]
+    (path / "v" / "zarr.json").write_text(json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize("sizes", [{}, {"shards": {"t": 10}, "chunks": {"t": 5}}])
+def test_a_document_with_a_shard_no_inner_chunk_divides_is_named(tmp_path, sizes):
+    """With sizes given by dimension too: the damaged array is named (before, the sizes
+    were checked first, against the dimensions of no array: 'expected one of []')."""
+    src = damaged_source(tmp_path / "src.zarr")
+    with pytest.raises(shardwise.UnsupportedArrayError, match="not divisible") as info:
+        shardwise.reshard(src, tmp_path / "dst.zarr", **sizes)
+    assert info.value.array == "v" and info.value.key == "v/zarr.json"
+    assert "rewrite it" in str(info.value)
+    assert not (tmp_path / "dst.zarr").exists()

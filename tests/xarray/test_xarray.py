@@ -83,6 +83,45 @@ def test_chunks_default_to_shards(weather_store):
     xr.testing.assert_identical(ds.compute(), ref.compute())
 
 
+def test_chunks_of_a_huge_array_are_whole_shards_taken_together(tmp_path):
+    """A 10**7 x 10**7 array in 1000 x 1000 shards: one dask chunk per shard would be 10**8
+    chunks, whose graph dask took more than a minute to cull for a point read (engine="zarr"
+    raises MemoryError). chunks={} takes shards together (powers of two per dimension)
+    until at most PREFERRED_MAX_CHUNKS remain, and a point read returns in seconds."""
+    from shardwise.xarray.backend import PREFERRED_MAX_CHUNKS
+
+    group = zarr.open_group(tmp_path / "huge.zarr", mode="w", zarr_format=3)
+    z = group.create_array(
+        "v",
+        shape=(10**7, 10**7),
+        chunks=(100, 100),
+        shards=(1000, 1000),
+        dtype="f4",
+        fill_value=0,
+        dimension_names=["y", "x"],
+    )
+    block = np.arange(10**6, dtype="f4").reshape(1000, 1000)
+    z[1000:2000, :1000] = block  # one shard
+    ds = xr.open_dataset(tmp_path / "huge.zarr", engine="shardwise", chunks={}, consolidated=False)
+    chunks = ds.v.chunks
+    assert ds.v.data.npartitions <= PREFERRED_MAX_CHUNKS < 10**8
+    for sizes in chunks:
+        assert all(n % 1000 == 0 for n in sizes[:-1])  # whole shards
+    assert ds.v.encoding["preferred_chunks"] == {"y": chunks[0][0], "x": chunks[1][0]}
+    assert float(ds.v[1005, 7].values) == block[5, 7]
+    assert float(ds.v[5 * 10**6, 7].values) == 0.0
+
+
+def test_shards_taken_together_along_regular_and_rectilinear_dimensions(monkeypatch):
+    from shardwise.xarray import backend
+
+    monkeypatch.setattr(backend, "PREFERRED_MAX_CHUNKS", 6)
+    # 10 shards of 3 along a regular dimension of 29; 4 rectilinear shards
+    assert backend._coarsened([3, (5, 1, 2, 7)], [29, 15]) == (12, (6, 9))  # 3 x 2 chunks
+    assert backend._coarsened([3, (5, 1)], [9, 6]) == (3, (5, 1))  # 6 chunks: as they are
+    assert backend._coarsened([3, 4], [0, 4]) == (3, 4)  # an empty dimension: one chunk
+
+
 def test_indexing_matches_zarr_engine(weather_store):
     path, _ = weather_store
     ref, ds = open_both(path)

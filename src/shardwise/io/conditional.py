@@ -58,6 +58,8 @@ import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.io.open import store_path
+from shardwise.io.retry import count as count_retry
+from shardwise.io.retry import policy as retry_policy
 from shardwise.io.retry import retrying, transient
 
 __all__ = [
@@ -647,20 +649,55 @@ class _Obstore(Conditional):
                 _, e_tag, version = expected.tag
                 mode = {"e_tag": e_tag} if version is None else {"e_tag": e_tag, "version": version}
         body = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
-        try:
-            await obstore.put_async(self.store, key, body, mode=mode)
-        except (AlreadyExistsError, PreconditionError, FileExistsError):
-            if expected is None:
-                raise
-        except (NotFoundError, FileNotFoundError):  # gone since it was read
-            if expected is None or expected.absent:
-                raise
-        else:
+        rules = retry_policy()
+        loop = asyncio.get_running_loop()
+        start, attempt = loop.time(), 0
+        while True:
+            try:
+                await obstore.put_async(self.store, key, body, mode=mode)
+            except (AlreadyExistsError, PreconditionError, FileExistsError):
+                if expected is None:
+                    raise
+            except (NotFoundError, FileNotFoundError):  # gone since it was read
+                if expected is None or expected.absent:
+                    raise
+            except Exception as e:
+                # No answer (obstore's GenericError: a connection reset or closed, a
+                # timeout; obstore sends a conditional put only once): the put may have
+                # landed. What the store holds says, and the put is made again only
+                # where the object is still the one it was conditioned on.
+                attempt += 1
+                if not _obstore_unknown(e):
+                    raise
+                now = await self._settle(key, body, expected)
+                if now is not None:
+                    return now
+                if attempt >= rules.attempts or loop.time() - start >= rules.seconds:
+                    raise ConnectionError(
+                        f"{key}: {type(e).__name__}: {e} (after the retries the policy allows)"
+                    ) from e
+                count_retry(e)
+                await asyncio.sleep(rules.pause(attempt))
+                continue
+            else:
+                return True
+            # Refused: another writer's version is there, or this one's (a put whose
+            # response was lost, made again, is refused by what it put)
+            got = await self.read(key)
+            return got.data is not None and bytes(got.data) == body
+
+    async def _settle(self, key: str, body: bytes, expected: Version | None) -> bool | None:
+        """After a put with no answer: True when the object holds ``body`` (the put
+        landed), False when it holds another writer's version, None when it is still
+        the one the put was conditioned on (it did not land: make it again)."""
+        got = await retrying(lambda: self.read(key), retry_on=_obstore_unknown)
+        if got.data is not None and bytes(got.data) == body:
             return True
-        # Refused: another writer's version is there, or this one's (obstore retries a
-        # put whose response was lost, and the retry is refused by what it put)
-        got = await self.read(key)
-        return got.data is not None and bytes(got.data) == body
+        if expected is None:  # an unconditional put: make it again
+            return None
+        if expected.absent:
+            return None if got.data is None else False
+        return None if got.version == expected else False
 
     async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
         import obstore
@@ -701,3 +738,13 @@ class _Obstore(Conditional):
 
         with contextlib.suppress(NotFoundError, FileNotFoundError):
             _compat.sync(delete())
+
+
+def _obstore_unknown(error: BaseException) -> bool:
+    """Whether obstore's ``error`` leaves a request's outcome unknown: its generic error
+    (a connection reset or closed early, a timeout, a server error after its own
+    retries) or one of :func:`shardwise.io.retry.transient`'s faults; not its refusals
+    (not found, precondition, permission...)."""
+    if type(error).__name__ == "GenericError" and type(error).__module__.startswith("obstore"):
+        return True
+    return transient(error)

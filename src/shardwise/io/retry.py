@@ -86,7 +86,8 @@ def retried() -> dict[str, int]:
         return dict(_COUNTS)
 
 
-def _count(error: BaseException) -> None:
+def count(error: BaseException) -> None:
+    """Count one retry after ``error`` (see :func:`retried`)."""
     with _LOCK:
         _COUNTS[type(error).__name__] += 1
 
@@ -144,5 +145,5 @@ async def retrying[T](
                 or loop.time() - start >= rules.seconds
             ):
                 raise
-            _count(error)
+            count(error)
             await asyncio.sleep(rules.pause(attempt))

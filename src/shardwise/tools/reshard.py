@@ -430,13 +430,14 @@ def prepare(
             )
         chosen = {k: v for k, v in chosen.items() if k in wanted}
         unreadable = {k: v for k, v in unreadable.items() if k in wanted}
+    for rel, err in unreadable.items():
+        if rel in source.damaged:  # a document no reader opens: named (unless left out)
+            raise err  # before the sizes, which cannot name its dimensions
     known = {n for info in chosen.values() for n in _names(info)}
     _check_sizes("shards", shards, known)
     _check_sizes("chunks", chunks, known)
     opened = {}  # the arrays copied whole, opened once
     for rel, err in unreadable.items():
-        if rel in source.damaged:  # a document no reader opens: named, unless left out
-            raise err
         opened[rel] = _open_copyable(source, rel, err)
 
     targets = {

@@ -11,6 +11,7 @@ shape, so ``chunks={}`` gives one dask chunk per shard.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -183,7 +184,11 @@ def _open_draft(filename_or_obj: Any, storage_options: dict[str, Any] | None) ->
 
 def _preferred_chunks(info: Any) -> tuple[int | tuple[int, ...], ...]:
     """Shard sizes per dimension as dask wants them: an int along a regular dimension,
-    the data sizes (clipped at the array's end) along a rectilinear one."""
+    the data sizes (clipped at the array's end) along a rectilinear one. Where that
+    would give more than :data:`PREFERRED_MAX_CHUNKS` dask chunks, whole shards are
+    taken together (doubling along the dimension with the most chunks until the count
+    is under it): dask's graph of one chunk per shard of a huge array is never built,
+    and each chunk still covers whole shards."""
     out: list[int | tuple[int, ...]] = []
     for dim in info.layout.dims:
         if dim.regular:
@@ -198,6 +203,41 @@ def _preferred_chunks(info: Any) -> tuple[int | tuple[int, ...], ...]:
                 sizes.append(n)
                 start += s
             out.append(tuple(sizes) if sizes else (0,))
+    return _coarsened(out, [dim.extent for dim in info.layout.dims])
+
+
+PREFERRED_MAX_CHUNKS = 1_000_000
+"""The most dask chunks ``chunks={}`` gives one variable of the engine (a million: a
+point read from it takes about two seconds, most of them dask culling its graph; dask
+spends more than a minute on a hundred million, the shards of a 10**7 x 10**7 array in
+1000 x 1000 shards)."""
+
+
+def _coarsened(
+    sizes: list[int | tuple[int, ...]], extents: list[int]
+) -> tuple[int | tuple[int, ...], ...]:
+    """``sizes`` (per dimension: one size, or the sizes along it) with ``k`` shards taken
+    together along each dimension, the factors doubled where the chunks are most, until
+    at most :data:`PREFERRED_MAX_CHUNKS` chunks remain."""
+
+    def count(size: int | tuple[int, ...], extent: int, k: int) -> int:
+        n = len(size) if isinstance(size, tuple) else -(-extent // max(size, 1))
+        return max(1, -(-n // k))
+
+    factors = [1] * len(sizes)
+    while True:
+        counts = [count(s, e, k) for s, e, k in zip(sizes, extents, factors, strict=True)]
+        if math.prod(counts) <= PREFERRED_MAX_CHUNKS:
+            break
+        factors[counts.index(max(counts))] *= 2
+    out: list[int | tuple[int, ...]] = []
+    for size, extent, k in zip(sizes, extents, factors, strict=True):
+        if k == 1:
+            out.append(size)
+        elif isinstance(size, tuple):
+            out.append(tuple(sum(size[i : i + k]) for i in range(0, len(size), k)))
+        else:
+            out.append(min(size * k, max(extent, size)))
     return tuple(out)
 
 
