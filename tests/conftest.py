@@ -70,6 +70,20 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(autouse=True)
+def _no_open_s3fs_sessions():
+    """s3fs filesystems a test made are closed when it ends: zarr-python's FsspecStore
+    never closes them, and one garbage-collected later reports its unclosed aiohttp
+    session (a ResourceWarning, an error here) in whatever test then runs, which under
+    pytest-xdist may be any."""
+    yield
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is not None and s3fs.S3FileSystem._cache:
+        from s3server import close_s3fs_sessions
+
+        close_s3fs_sessions()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_index_cache():
     """Each test starts with an empty per-process shard-index cache."""
     shardwise.clear_index_cache()

@@ -9,7 +9,8 @@ found, which array and store key, and what to do.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 __all__ = [
     "ArgumentError",
@@ -186,6 +187,21 @@ class ChangingShardError(ShardwiseError, OSError):
     was read from the wrong version: read again once the other job has written."""
 
 
+class IncompleteAppendError(ShardwiseError, OSError):
+    """An append grew its arrays (their metadata holds the new rows: other jobs append
+    after them) and then failed to write some of its data; readers see fill values
+    where it was not written. The message names the rows (``rows``: per array, the
+    dimension and the ``(start, stop)`` range) and how to complete them: a region write
+    of the same data. Running the append again would append after them. The error
+    that stopped the data step is the cause."""
+
+    def __init__(
+        self, problem: str, *, rows: dict[str, tuple[str, int, int]] | None = None, **where: Any
+    ) -> None:
+        self.rows = dict(rows or {})
+        super().__init__(problem, **where)
+
+
 class StoreIOError(ShardwiseError, OSError):
     """A store request failed while shardwise read or wrote a shard or an array's
     metadata: the file system's error, or the object-store client's (after the retries
@@ -212,6 +228,39 @@ def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterato
             key=key,
             advice=advice,
         ) from e
+
+
+def naming_metadata_errors(what: str, key: str, advice: str) -> AbstractContextManager[None]:
+    """:func:`naming_io_errors` for a request of a metadata document (``key``, an
+    array's or a group's ``zarr.json``): the array named is the document's folder."""
+    return naming_io_errors(what, array=key.rpartition("/")[0] or "/", key=key, advice=advice)
+
+
+def incomplete_append(
+    error: BaseException,
+    rows: dict[str, tuple[str, int, int]],
+    *,
+    region: str,
+    key: str | None,
+    also: str = "",
+) -> IncompleteAppendError:
+    """The :class:`IncompleteAppendError` for an append whose data step raised ``error``
+    after its metadata claimed ``rows`` (array -> (dimension, start, stop)); ``region``:
+    the ``region=`` argument that writes them (as Python source); ``also``: what else
+    the completion needs (a sentence)."""
+    claimed = "; ".join(f"{a!r}: {d} {lo}-{hi - 1}" for a, (d, lo, hi) in sorted(rows.items()))
+    return IncompleteAppendError(
+        "the append grew its arrays, then failed to write some of its data",
+        rows=rows,
+        expected="every claimed row written",
+        found=f"{type(error).__name__} in the data step; rows claimed: {claimed}",
+        key=key,
+        array=next(iter(rows)) if len(rows) == 1 else None,
+        advice=f"The claimed rows hold fill values where they were not written, and "
+        f"other jobs' appends go after them. Complete them by writing the same data with "
+        f"region={region} (mode 'r+'){also}; running the append again would append "
+        "after them.",
+    )
 
 
 #: the top-level packages of the clients zarr-python's stores talk to object stores with

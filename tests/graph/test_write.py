@@ -357,14 +357,22 @@ def test_encode_into_gives_the_bytes_of_encode(name, values):
     assert enc.bound is not None and enc.bound >= arr.nbytes
     out = np.full(enc.bound + 16, 0xAB, dtype=np.uint8)
     n = enc.encode_into(arr, out[: enc.bound])
-    assert bytes(out[:n]) == enc.encode(arr)
+    assert _sans_mtime(bytes(out[:n])) == _sans_mtime(enc.encode(arr))
     assert (out[enc.bound :] == 0xAB).all()  # nothing written past the bound
     decoded = ChunkDecoder(codecs, (96, 80), Float32(), 0.0).decode(bytes(out[:n]))
     np.testing.assert_array_equal(decoded, arr)
     # a non-contiguous chunk (a view of a larger array) encodes the same
     big = np.zeros((96, 160), "f4")
     big[:, ::2] = arr
-    assert enc.encode_into(big[:, ::2], out) == n and bytes(out[:n]) == enc.encode(arr)
+    assert enc.encode_into(big[:, ::2], out) == n
+    assert _sans_mtime(bytes(out[:n])) == _sans_mtime(enc.encode(arr))
+
+
+def _sans_mtime(data: bytes) -> bytes:
+    """``data`` with a gzip member's MTIME (bytes 4-7) zeroed: numcodecs' GZip writes the
+    current second there at its lowest versions, so two encodings a second apart differ
+    in it (seen in the lowest-versions run under load)."""
+    return data[:4] + bytes(4) + data[8:] if data[:2] == b"\x1f\x8b" else data
 
 
 def test_chains_without_a_fast_path_have_no_bound():

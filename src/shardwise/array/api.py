@@ -38,7 +38,14 @@ from shardwise.array.plan import (
     without_empty_blocks,
 )
 from shardwise.array.read import from_zarr
-from shardwise.errors import ArgumentError, ConflictError, StoreExistsError, WriteError
+from shardwise.errors import (
+    ArgumentError,
+    ConflictError,
+    ShardwiseError,
+    StoreExistsError,
+    WriteError,
+    incomplete_append,
+)
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import retries, tries
@@ -246,7 +253,22 @@ def array_to_zarr(
         return stored
     if not compute:
         return graph
-    compute_with_progress(graph, progress=progress, desc="to_zarr")
+    if append_dim is None or fresh:
+        compute_with_progress(graph, progress=progress, desc="to_zarr")
+        return arr
+    try:
+        compute_with_progress(graph, progress=progress, desc="to_zarr")
+    except (ShardwiseError, OSError) as e:  # the metadata has claimed the rows already
+        axis = append_dim % len(offset)
+        dims = getattr(arr.metadata, "dimension_names", None) or ()
+        dim = str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}"
+        start = offset[axis]
+        rows = {name: (dim, start, start + x.shape[axis])}
+        region = "(" + "".join(
+            f"slice({o}, {o + n}), " for o, n in zip(offset, x.shape, strict=True)
+        )
+        region = region.rstrip(" ").rstrip(",") + ("," if x.ndim == 1 else "") + ")"
+        raise incomplete_append(e, rows, region=region, key=_meta_key(path, arr)) from e
     return arr
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
-from shardwise.errors import naming_io_errors
+from shardwise.errors import naming_metadata_errors
 from shardwise.format.rectilinear import grid_of
 from shardwise.io.conditional import Conditional, Version, conditional_path, distinct
 from shardwise.io.stores import write_grid
@@ -87,12 +87,7 @@ def grow_if(
 
 
 def _naming(key: str, advice: str) -> contextlib.AbstractContextManager[None]:
-    return naming_io_errors(
-        "growing an array for an append",
-        array=key.rpartition("/")[0] or "/",
-        key=key,
-        advice=advice,
-    )
+    return naming_metadata_errors("growing an array for an append", key, advice)
 
 
 def grow(arr: Any, new_shape: tuple[int, ...], edges: list[Any] | None) -> Any:

@@ -17,7 +17,7 @@ from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store
 from zarr.storage import WrapperStore
 
-from shardwise.errors import ConflictError, naming_io_errors
+from shardwise.errors import ConflictError, naming_metadata_errors
 from shardwise.io.conditional import distinct
 
 __all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore"]
@@ -306,13 +306,7 @@ class GuardedOverlay(OverlayStore):
 
 
 def _naming(key: str, advice: str) -> contextlib.AbstractContextManager[None]:
-    """A store error of an append's metadata step names the document and its array."""
-    return naming_io_errors(
-        "an append's metadata step",
-        array=key.rpartition("/")[0] or "/",
-        key=key,
-        advice=advice,
-    )
+    return naming_metadata_errors("an append's metadata step", key, advice)
 
 
 _ARRAY_DOCUMENTS = (".zarray",)

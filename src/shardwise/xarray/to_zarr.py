@@ -26,7 +26,13 @@ import shardwise.format.rectilinear as rl
 from shardwise.array.api import array_to_zarr, dask_call, is_array
 from shardwise.array.plan import data_write
 from shardwise.array.plan import independent_writers as plan_independent_writers
-from shardwise.errors import ArgumentError, ConflictError, ShardwiseError, WriteError
+from shardwise.errors import (
+    ArgumentError,
+    ConflictError,
+    ShardwiseError,
+    WriteError,
+    incomplete_append,
+)
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions, retries, tries
 from shardwise.graph.write import finish_graph
@@ -539,9 +545,28 @@ def to_zarr(
         return finish_graph(writes, _finish, zstore)
     try:
         if writes:
-            done = compute_with_progress(
-                *writes, progress=progress, desc="to_zarr", **(chunkmanager_store_kwargs or {})
-            )
+            try:
+                done = compute_with_progress(
+                    *writes, progress=progress, desc="to_zarr", **(chunkmanager_store_kwargs or {})
+                )
+            except (ShardwiseError, OSError) as e:
+                if append_dim is None or fork is not None:  # (a fork's commit is all or none)
+                    raise
+                rows = _claimed(capture.items, append_dim)
+                if not rows:
+                    raise
+                key = f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json"
+                dim, lo, hi = next(iter(rows.values()))
+                where = f"{{{dim!r}: slice({lo}, {hi})}}"
+                index = [p for p in rows if p.rpartition("/")[2] == str(append_dim)]
+                also = (
+                    f", and its coordinate {index[0]!r}, which region writes leave as it is: "
+                    f"zarr.open_array(store, path={index[0]!r}, mode='r+')[{lo}:{hi}] = "
+                    f"ds[{str(append_dim)!r}].values"
+                    if index
+                    else ""
+                )
+                raise incomplete_append(e, rows, region=where, key=key, also=also) from e
             if fork is not None:
                 merge_into(session, done)
     finally:
@@ -549,6 +574,18 @@ def to_zarr(
     if commit is not None:
         return session.commit(commit)
     return zstore
+
+
+def _claimed(items: Any, append_dim: Hashable) -> dict[str, tuple[str, int, int]]:
+    """The rows an append's data step writes along ``append_dim``, per array it grew."""
+    rows = {}
+    for source, target, region, _ in items:
+        dims = list(getattr(target.metadata, "dimension_names", None) or ())
+        if append_dim in dims:
+            axis = dims.index(append_dim)
+            start = region[axis].start or 0
+            rows[target.path] = (str(append_dim), int(start), int(start + source.shape[axis]))
+    return rows
 
 
 def _tree_to_zarr(
