@@ -264,10 +264,8 @@ def array_to_zarr(
         dim = str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}"
         start = offset[axis]
         rows = {name: (dim, start, start + x.shape[axis])}
-        region = "(" + "".join(
-            f"slice({o}, {o + n}), " for o, n in zip(offset, x.shape, strict=True)
-        )
-        region = region.rstrip(" ").rstrip(",") + ("," if x.ndim == 1 else "") + ")"
+        cuts = [f"slice({o}, {o + n})" for o, n in zip(offset, x.shape, strict=True)]
+        region = f"({', '.join(cuts)}{',' if x.ndim == 1 else ''})"
         raise incomplete_append(e, rows, region=region, key=_meta_key(path, arr)) from e
     return arr
 

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["RetryPolicy", "policy", "retried", "retrying", "transient"]
+__all__ = ["RetryPolicy", "count", "policy", "retried", "retrying", "transient"]
 
 _STATUSES = frozenset({500, 502, 503, 504})
 _CODES = frozenset(
