@@ -1,5 +1,7 @@
 """An append whose data step fails after its metadata claimed the rows: the error names
-the rows exactly and the region write that completes them, and that write does."""
+the rows exactly and the region write that completes them, and that write does; the
+same append run again completes them too, where the claim is recorded (Zarr v3 arrays
+that other jobs may append to), even after another job appended behind them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import xarray as xr
 import zarr
 
 import shardwise
+from shardwise.array.claims import CLAIMS
 from shardwise.io import conditional
 
 ROWS = 50
@@ -88,3 +91,120 @@ def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts
     zarr.open_array(path, path="y", mode="r+")[150:200] = more["y"].values
     back = xr.open_dataset(path, engine="zarr", consolidated=False)
     xr.testing.assert_equal(back.load(), dataset(0, 200).load())
+
+
+def _array(tmp_path):
+    path = tmp_path / "a.zarr"
+    shardwise.to_zarr(
+        da.from_array(block(0, 150), chunks=ROWS),
+        path,
+        path="v",
+        shards=(100, 4),
+        chunks=(10, 4),
+        dimension_names=["y", "x"],
+    )
+    return path
+
+
+def test_an_append_that_succeeds_leaves_no_claim(tmp_path):
+    path = _array(tmp_path)
+    shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
+    stored = zarr.open_array(path, path="v", mode="r")
+    assert CLAIMS not in stored.attrs
+    np.testing.assert_array_equal(stored[...], block(0, 200))
+
+
+@pytest.mark.parametrize("compute", [True, False])
+def test_running_a_failed_dask_array_append_again_completes_its_rows(
+    tmp_path, failing_shard_puts, compute
+):
+    path = _array(tmp_path)
+    more = da.from_array(block(150), chunks=ROWS)
+    with pytest.raises(shardwise.IncompleteAppendError) as info:
+        shardwise.to_zarr(more, path, path="v", append_dim=0)
+    assert "Run the same append again" in str(info.value)
+    stored = zarr.open_array(path, path="v", mode="r")
+    (claim,) = stored.attrs[CLAIMS].values()
+    assert claim == {"axis": 0, "rows": [150, 200]}
+    failing_shard_puts()
+    # another job appends after the claimed rows before the re-run
+    shardwise.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
+    # the same call again (the same data, built again): the claimed rows, no new ones
+    again = da.from_array(block(150), chunks=ROWS)
+    written = shardwise.to_zarr(again, path, path="v", append_dim=0, compute=compute)
+    if not compute:
+        written.compute()
+    stored = zarr.open_array(path, path="v", mode="r")
+    assert stored.shape == (250, 4)
+    assert CLAIMS not in stored.attrs
+    np.testing.assert_array_equal(stored[...], block(0, 250))
+    # and once complete, the same call appends again, as any append does
+    shardwise.to_zarr(again, path, path="v", append_dim=0)
+    assert zarr.open_array(path, path="v", mode="r").shape == (300, 4)
+
+
+def test_other_data_appended_after_a_failed_append_does_not_take_its_rows(
+    tmp_path, failing_shard_puts
+):
+    path = _array(tmp_path)
+    with pytest.raises(shardwise.IncompleteAppendError):
+        shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
+    failing_shard_puts()
+    shardwise.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
+    stored = zarr.open_array(path, path="v", mode="r")
+    assert stored.shape == (250, 4)
+    assert len(stored.attrs[CLAIMS]) == 1  # still the failed one's
+    np.testing.assert_array_equal(stored[200:], block(200))
+
+
+def _dataset(start: int, rows: int) -> xr.Dataset:
+    """Rows along a time axis (CF-encoded on disk), with a variable that has none."""
+    import pandas as pd
+
+    values = block(start, rows)
+    return xr.Dataset(
+        {
+            "temp": (("time", "x"), values),
+            "salt": (("time", "x"), values + 0.5),
+            "depth": ("x", np.arange(4.0)),
+        },
+        coords={"time": pd.date_range("2000-01-01", periods=start + rows)[start:]},
+    ).chunk({"time": ROWS})
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_running_a_failed_dataset_append_again_completes_its_rows(tmp_path, failing_shard_puts):
+    path = tmp_path / "d.zarr"
+    encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
+    shardwise.to_zarr(_dataset(0, 150), path, encoding=encoding)
+    with pytest.raises(shardwise.IncompleteAppendError) as info:
+        shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
+    assert "Run the same append again" in str(info.value)
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    for name in ("temp", "salt", "time"):
+        (claim,) = group[name].attrs[CLAIMS].values()
+        assert claim == {"axis": 0, "rows": [150, 200]}
+    assert CLAIMS not in group["depth"].attrs
+    # the consolidated metadata is still the dataset as it was
+    assert xr.open_dataset(path, engine="zarr").sizes["time"] == 150
+    failing_shard_puts()
+    shardwise.to_zarr(_dataset(200, ROWS), path, append_dim="time")  # another job's
+    shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")  # the same call again
+    for consolidated in (True, False):
+        back = xr.open_dataset(path, engine="zarr", consolidated=consolidated).load()
+        xr.testing.assert_equal(back, _dataset(0, 250).load())
+        assert all(CLAIMS not in v.attrs for v in back.variables.values())
+    # once complete, the same call appends again, as any append does
+    shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
+    assert xr.open_dataset(path, engine="zarr").sizes["time"] == 300
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_a_dataset_append_that_succeeds_leaves_no_claim(tmp_path):
+    path = tmp_path / "d.zarr"
+    shardwise.to_zarr(_dataset(0, 150), path)
+    shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time", compute=False).compute()
+    back = xr.open_dataset(path, engine="zarr").load()
+    xr.testing.assert_equal(back, _dataset(0, 200).load())
+    group = zarr.open_group(path, mode="r", use_consolidated=False)
+    assert all(CLAIMS not in a.attrs for _, a in group.arrays())

@@ -191,9 +191,10 @@ class IncompleteAppendError(ShardwiseError, OSError):
     """An append grew its arrays (their metadata holds the new rows: other jobs append
     after them) and then failed to write some of its data; readers see fill values
     where it was not written. The message names the rows (``rows``: per array, the
-    dimension and the ``(start, stop)`` range) and how to complete them: a region write
-    of the same data. Running the append again would append after them. The error
-    that stopped the data step is the cause."""
+    dimension and the ``(start, stop)`` range) and how to complete them: running the
+    same append again where the claim is recorded in the arrays' attributes (Zarr v3
+    arrays that other jobs may append to), else a region write of the same data. The
+    error that stopped the data step is the cause."""
 
     def __init__(
         self, problem: str, *, rows: dict[str, tuple[str, int, int]] | None = None, **where: Any
@@ -243,12 +244,29 @@ def incomplete_append(
     region: str,
     key: str | None,
     also: str = "",
+    recorded: bool = False,
 ) -> IncompleteAppendError:
     """The :class:`IncompleteAppendError` for an append whose data step raised ``error``
     after its metadata claimed ``rows`` (array -> (dimension, start, stop)); ``region``:
     the ``region=`` argument that writes them (as Python source); ``also``: what else
-    the completion needs (a sentence)."""
+    the completion needs (a sentence); ``recorded``: the claim is recorded in the
+    arrays' attributes, where running the same append again finds it."""
     claimed = "; ".join(f"{a!r}: {d} {lo}-{hi - 1}" for a, (d, lo, hi) in sorted(rows.items()))
+    if recorded:
+        advice = (
+            "The claimed rows hold fill values where they were not written, and other "
+            "jobs' appends go after them. Run the same append again (the same data, "
+            "store and append dimension): it finds its claim in the arrays' attributes "
+            f"and writes these rows instead of appending. Or write the same data with "
+            f"region={region} (mode 'r+'){also}."
+        )
+    else:
+        advice = (
+            "The claimed rows hold fill values where they were not written, and other "
+            "jobs' appends go after them. Complete them by writing the same data with "
+            f"region={region} (mode 'r+'){also}; running the append again would append "
+            "after them."
+        )
     return IncompleteAppendError(
         "the append grew its arrays, then failed to write some of its data",
         rows=rows,
@@ -256,10 +274,7 @@ def incomplete_append(
         found=f"{type(error).__name__} in the data step; rows claimed: {claimed}",
         key=key,
         array=next(iter(rows)) if len(rows) == 1 else None,
-        advice=f"The claimed rows hold fill values where they were not written, and "
-        f"other jobs' appends go after them. Complete them by writing the same data with "
-        f"region={region} (mode 'r+'){also}; running the append again would append "
-        "after them.",
+        advice=advice,
     )
 
 

@@ -11,12 +11,14 @@ with the fan-out graph of :mod:`shardwise.graph.read`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 import shardwise.format.rectilinear as rl
+from shardwise.array.claims import append_failed, call_token, claim_of, release
 from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
 from shardwise.array.plan import (
     GridPlan,
@@ -44,7 +46,6 @@ from shardwise.errors import (
     ShardwiseError,
     StoreExistsError,
     WriteError,
-    incomplete_append,
 )
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.graph.progress import compute as compute_with_progress
@@ -137,6 +138,9 @@ def array_to_zarr(
     # only if it is unchanged since this call read it; else it reads again, and so
     # appends after the other job's rows (see grow.grow_if)
     guard = append_guard(store, path, storage_options, mode, append_dim, session, guarded)
+    # (its rows are claimed in the array's attributes under this call's token until
+    # they are written: run again after a failure, the same call writes them, see claims)
+    token = None if guard is None else call_token(x.name, x.shape, x.dtype.str, append_dim)
     given_x = x
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
         for _ in tries():
@@ -171,8 +175,11 @@ def array_to_zarr(
                         advice="Leave them out (the array keeps its own), or replace the "
                         "array with mode='w'. Nothing was written.",
                     )
-                x, offset, new_shape = _into_existing(x, existing, region, append_dim, name)
-                grown = _appended_grid(existing, x, append_dim, name)
+                claim = None
+                if token is not None and existing.metadata.zarr_format == 3:
+                    claim = claim_of(existing.metadata.attributes, token)
+                x, offset, new_shape = _into_existing(x, existing, region, append_dim, name, claim)
+                grown = None if claim is not None else _appended_grid(existing, x, append_dim, name)
                 fresh = False
                 arr = existing
                 if guarded:
@@ -211,7 +218,10 @@ def array_to_zarr(
                     arr = grow(arr, new_shape, grown)
                 else:
                     assert version is not None
-                    grown_arr = grow_if(arr, new_shape, grown, guard, version)
+                    assert token is not None and append_dim is not None
+                    axis = append_dim % x.ndim
+                    rows = (token, axis, offset[axis], new_shape[axis])
+                    grown_arr = grow_if(arr, new_shape, grown, guard, version, rows)
                     if grown_arr is None:  # another job appended first: read it again
                         continue
                     arr = grown_arr
@@ -244,7 +254,13 @@ def array_to_zarr(
             return write
         merge_into(session, dask.compute(write))
         return session.commit(commit) if commit is not None else arr
-    graph = finish_graph([write], _done, arr)
+    # the end of the write: the record of a claim is taken out (a completed one too)
+    done = (
+        _done
+        if guard is None or append_dim is None or arr.metadata.zarr_format != 3
+        else functools.partial(_released, guard[0], version[0] if version else "", token or "")
+    )
+    graph = finish_graph([write], done, arr)
     if return_stored:
         stored = _stored(arr, offset, x.shape)
         if not compute:  # read once written: every task of it waits for the write
@@ -261,12 +277,16 @@ def array_to_zarr(
     except (ShardwiseError, OSError) as e:  # the metadata has claimed the rows already
         axis = append_dim % len(offset)
         dims = getattr(arr.metadata, "dimension_names", None) or ()
-        dim = str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}"
-        start = offset[axis]
-        rows = {name: (dim, start, start + x.shape[axis])}
-        cuts = [f"slice({o}, {o + n})" for o, n in zip(offset, x.shape, strict=True)]
-        region = f"({', '.join(cuts)}{',' if x.ndim == 1 else ''})"
-        raise incomplete_append(e, rows, region=region, key=_meta_key(path, arr)) from e
+        raise append_failed(
+            e,
+            name=name,
+            key=_meta_key(path, arr),
+            dim=str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}",
+            offset=offset,
+            shape=x.shape,
+            axis=axis,
+            recorded=done is not _done,
+        ) from e
     return arr
 
 
@@ -590,10 +610,16 @@ def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int)
 
 
 def _into_existing(
-    x: Any, arr: Any, region: Any, append_dim: int | None, name: str
+    x: Any,
+    arr: Any,
+    region: Any,
+    append_dim: int | None,
+    name: str,
+    claim: tuple[int, int, int] | None = None,
 ) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
     """The data cast to the array's dtype, where it goes, and the array's shape after
-    the write."""
+    the write. ``claim``: the rows an earlier run of this append claimed and did not
+    write, ``(axis, start, stop)``: the data goes there, and the array does not grow."""
     key = _meta_key(arr.path, arr)
     if x.ndim != arr.ndim:
         raise WriteError(
@@ -626,6 +652,8 @@ def _into_existing(
                 array=name,
                 key=key,
             )
+        if claim is not None and claim[0] == axis and claim[2] - claim[1] == x.shape[axis]:
+            return x, tuple(claim[1] if i == axis else 0 for i in range(x.ndim)), shape
         offset = tuple(shape[axis] if i == axis else 0 for i in range(x.ndim))
         new = tuple(n + x.shape[axis] if i == axis else n for i, n in enumerate(shape))
         return x, offset, new
@@ -761,6 +789,13 @@ def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[
 
 def _done(arr: Any, *_: Any) -> Any:
     """The end of a write: the array written."""
+    return arr
+
+
+def _released(guard: Any, key: str, token: str, arr: Any, *_: Any) -> Any:
+    """The end of an append that recorded its claim: the record taken out of the
+    array's ``zarr.json`` at ``key`` (its rows are written); the array written."""
+    release(guard, key, token)
     return arr
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
+from shardwise.array.claims import with_claim
 from shardwise.errors import naming_metadata_errors
 from shardwise.format.rectilinear import grid_of
 from shardwise.io.conditional import Conditional, Version, conditional_path, distinct
@@ -64,16 +65,21 @@ def grow_if(
     edges: list[Any] | None,
     guard: tuple[Conditional, str],
     version: tuple[str, Version],
+    claim: tuple[str, int, int, int] | None = None,
 ) -> Any:
     """:func:`grow`, the metadata document (``zarr.json``, Zarr v2's ``.zarray``) put
     only if it is still the version read: the grown array, or None when another job
-    changed it first (nothing written)."""
+    changed it first (nothing written). ``claim``: ``(token, axis, start, stop)``, the
+    rows the append claims, recorded in the attributes of a ``zarr.json`` (see
+    :mod:`~shardwise.array.claims`)."""
     changes: dict[str, Any] = {"shape": tuple(new_shape)}
     if edges is not None:
         changes["chunk_grid"] = grid_of(edges)
-    metadata = _compat.replace_metadata(arr.metadata, **changes)
     key, expected = version
     leaf = key.rsplit("/", 1)[-1]
+    if claim is not None and leaf == "zarr.json":
+        changes["attributes"] = with_claim(arr.metadata.attributes, *claim)
+    metadata = _compat.replace_metadata(arr.metadata, **changes)
     document = distinct(metadata.to_buffer_dict(default_buffer_prototype())[leaf].to_bytes())
     advice = (
         f"Whether the array grew to {tuple(new_shape)} is unknown (its metadata was being "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from zarr.abc.buffer import Buffer, BufferPrototype
@@ -20,7 +20,7 @@ from zarr.storage import WrapperStore
 from shardwise.errors import ConflictError, naming_metadata_errors
 from shardwise.io.conditional import distinct
 
-__all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore"]
+__all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore", "without_consolidated"]
 
 
 def _slice(buf: Buffer, byte_range: ByteRequest | None) -> Buffer:
@@ -204,12 +204,38 @@ class GuardedOverlay(OverlayStore):
     since: an optimistic transaction over several objects (the ``zarr.json`` documents
     a Dataset append grows; its data is written afterwards, with conditional merges)."""
 
-    def __init__(self, store: Store, guard: Any, prefix: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        guard: Any,
+        prefix: str = "",
+        shown: Mapping[str, Callable[[bytes], bytes]] | None = None,
+    ) -> None:
         super().__init__(store)
         self.guard = guard
         self.prefix = prefix  # where the wrapped store's keys are, for the guard
         self._versions: dict[str, Any] = {}
         self._snapshot: dict[str, bytes | None] = {}  # every object as first read
+        # objects this try sees otherwise than they are: key -> what it sees of them
+        self._shown = dict(shown or {})
+
+    def first_reads(self) -> dict[str, bytes]:
+        """The objects this try has read, as it first read them (as shown)."""
+        return {k: v for k, v in self._snapshot.items() if v is not None}
+
+    def amend(self, change: Callable[[str, bytes, bytes | None], bytes | None]) -> list[str]:
+        """Change the ``zarr.json`` documents written here before they are committed:
+        ``change(key, written, first_read)`` returns the bytes to commit instead, or
+        None to keep them. Returns the keys changed."""
+        changed = []
+        for key, value in list(self._written.items()):
+            if _leaf(key) != "zarr.json":
+                continue
+            new = change(key, value.to_bytes(), self._snapshot.get(key))
+            if new is not None:
+                self._written[key] = type(value).from_bytes(new)
+                changed.append(key)
+        return changed
 
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
@@ -223,15 +249,19 @@ class GuardedOverlay(OverlayStore):
             with _naming(self.prefix + key, "Nothing of this append was written; run it again."):
                 data, version = await asyncio.to_thread(self.guard.get, self.prefix + key)
             data = None if data is None else bytes(data)
+            if data is not None and key in self._shown:
+                data = self._shown[key](data)
             self._versions[key] = version
             self._snapshot[key] = data
         if data is None:
             return None
         return _slice(prototype.buffer.from_bytes(data), byte_range)
 
-    def commit(self) -> list[str]:
-        """Put every object written here into the wrapped store, each only if it is
-        still the version read (plainly, if it was never read): the
+    def commit(self, skip: Iterable[str] = (), *, consolidation: bool = False) -> list[str]:
+        """Put every object written here into the wrapped store (but those in
+        ``skip``), each only if it is still the version read (plainly, if it was never
+        read). A group's consolidated metadata is kept as read, unless this commits a
+        ``consolidation``. The
         ``zarr.json`` documents first, in key order, then the rest; a document written
         back as it was read is not put. Raises :class:`CommitConflict` when the first
         put finds its object changed (nothing was put); a later conflict, unless the
@@ -239,12 +269,21 @@ class GuardedOverlay(OverlayStore):
         what was put already. Returns the keys put."""
         # arrays' documents first (the first put must be a conditional one, of what
         # the try read), then the groups' and the other metadata, then the rest
-        keys = sorted(self._written, key=lambda k: (_rank(k, self._written[k]), k))
+        skipped = set(skip)
+        keys = sorted(
+            (k for k in self._written if k not in skipped),
+            key=lambda k: (_rank(k, self._written[k]), k),
+        )
         done: list[str] = []
         for key in keys:
             data = self._written[key].to_bytes()
-            if key.endswith("zarr.json") and self._snapshot.get(key) == data:
-                continue  # written back unchanged (xarray rewrites a group's attributes)
+            read = self._snapshot.get(key)
+            if _leaf(key) == "zarr.json" and read is not None and not consolidation:
+                # a group's consolidated metadata stays as it was read (a try runs
+                # without it; it is brought up to date once the data is written)
+                data = _keep_consolidated(data, read) or data
+                if _same_json(read, data):
+                    continue  # written back unchanged (xarray rewrites a group's attributes)
             # (an object the try never read was written whole, whatever it held: a
             # plain put; zarr-python reads what it merges into, and checks what it
             # creates, so those are conditional)
@@ -335,6 +374,34 @@ def _node_type(document: bytes) -> Any:
         return json.loads(document).get("node_type")
     except (ValueError, AttributeError):
         return None
+
+
+def without_consolidated(document: bytes) -> bytes:
+    """A group's ``zarr.json`` without its consolidated metadata (any other document as
+    it is)."""
+    import json
+
+    try:
+        metadata = json.loads(document)
+    except ValueError:
+        return document
+    if not isinstance(metadata, dict) or metadata.get("node_type") != "group":
+        return document
+    if metadata.pop("consolidated_metadata", None) is None:
+        return document
+    return json.dumps(metadata, indent=2).encode()
+
+
+def _same_json(a: bytes, b: bytes) -> bool:
+    """Whether two JSON documents hold the same values (however laid out)."""
+    import json
+
+    if a == b:
+        return True
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
 
 
 def _keep_consolidated(ours: bytes, current: Any) -> bytes | None:

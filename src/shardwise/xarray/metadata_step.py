@@ -17,6 +17,7 @@ types, modes) are :mod:`shardwise.array.plan`'s.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,14 @@ from typing import Any
 from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
+from shardwise.array.claims import (
+    Unrecorded,
+    call_token,
+    claim_in,
+    claim_in_document,
+    release,
+    shown_before,
+)
 from shardwise.array.plan import (
     appended_grid,
     castable,
@@ -43,7 +52,12 @@ from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import FIXED_KINDS
 from shardwise.io.conditional import conditional_path
 from shardwise.io.open import store_path
-from shardwise.io.overlay import CommitConflict, GuardedOverlay, OverlayStore
+from shardwise.io.overlay import (
+    CommitConflict,
+    GuardedOverlay,
+    OverlayStore,
+    without_consolidated,
+)
 from shardwise.io.stores import write_grid
 from shardwise.xarray.encoding import (
     ShardSpec,
@@ -490,17 +504,41 @@ class AppendTransaction:
     (:meth:`commit`, through :class:`~shardwise.io.overlay.GuardedOverlay`). The first
     put decides: when another job grew the first array first, nothing is put and the
     step runs again on what is stored now, so the two appends land one after the
-    other; the data is written after the commit, into the region the commit claimed."""
+    other; the data is written after the commit, into the region the commit claimed.
 
-    def __init__(self, base: Any, guard: Any) -> None:
+    The rows claimed are recorded in the grown arrays' attributes under the call's
+    token (see :mod:`~shardwise.array.claims`), and the records taken out once the data
+    is written (:meth:`end`). A try that finds this call's records (an earlier run of
+    it failed after its commit) is followed by one that completes those rows: it sees
+    the claimed arrays as they were before them, so xarray plans the same append, and
+    its commit leaves their documents as they are."""
+
+    def __init__(self, base: Any, guard: Any, token: str) -> None:
         self.base = base  # the StorePath of the store
         self.guard = guard
+        self.token = token  # the call's (see claims.call_token)
+        self.claimed: list[str] = []  # the documents holding this call's claim
+        self.completing: dict[str, tuple[int, int, int]] = {}  # found: key -> claim
 
     def view(self) -> Any:
         """A fresh view of the store for one try."""
         from zarr.storage import StorePath
 
-        return StorePath(GuardedOverlay(self.base.store, self.guard), self.base.path)
+        shown = {
+            key: functools.partial(shown_before, axis=axis, start=start)
+            for key, (axis, start, _) in self.completing.items()
+        }
+        return StorePath(GuardedOverlay(self.base.store, self.guard, shown=shown), self.base.path)
+
+    def found_claims(self, view: Any) -> bool:
+        """After a try's metadata step: True when the arrays it read hold this call's
+        claims (the next try completes them instead of appending)."""
+        if self.completing:
+            return False
+        for key, document in view.store.first_reads().items():
+            if key.endswith("zarr.json") and (claim := claim_in(document, self.token)):
+                self.completing[key] = claim
+        return bool(self.completing)
 
     def commit(self, view: Any, zstore: Any, append_dim: Hashable) -> bool:
         """Put what the try wrote; False (nothing put) when another job was first, or
@@ -514,28 +552,47 @@ class AppendTransaction:
                 lengths.add(array.shape[dims.index(append_dim)])
         if len(lengths) > 1:
             return False
+        if self.completing:  # (their documents hold the rows and the claims already)
+            skip, self.claimed = set(self.completing), sorted(self.completing)
+        else:
+            skip, self.claimed = set(), _claim(view.store, self.token, str(append_dim))
         try:
-            view.store.commit()
+            view.store.commit(skip)
         except CommitConflict:
             return False
         return True
 
-    def consolidate(self) -> None:
-        """Consolidate the store's metadata after a committed append (what xarray does
-        at the end of its metadata step, which a try runs without, so that it reads
-        each array's own document): on a view, put only if the group's document is
-        unchanged since the view read it, else again. Every append consolidates after
-        its own commit, reading the group's document before the arrays', so the last
-        consolidation put holds every append committed before it."""
-        import zarr
+    def end(self, consolidate: bool) -> None:
+        """After the data is written: the claims' records taken out, and the store's
+        metadata consolidated if ``consolidate``."""
+        for key in self.claimed:
+            release(self.guard, key, self.token)
+        if consolidate:
+            self.consolidate()
 
+    def consolidate(self) -> None:
+        """Consolidate the store's metadata after a committed append's data (what
+        xarray does at the end of its metadata step, which a try runs without, so that
+        it reads each array's own document): on a view that sees the group's document
+        without its consolidated metadata (so that the arrays are read from their own),
+        put only if that document is unchanged since the view read it, else again.
+        Every append consolidates after its data, reading the group's document before
+        the arrays', so the last consolidation put holds every append committed before
+        it."""
+        import zarr
+        from zarr.storage import StorePath
+
+        root = _join(self.base.path, "zarr.json")
         for _ in tries():
-            view = self.view()
+            overlay = GuardedOverlay(
+                self.base.store, self.guard, shown={root: without_consolidated}
+            )
+            view = StorePath(overlay, self.base.path)
             for leaf in ("zarr.json", ".zmetadata"):  # (their versions, for the commit)
                 _compat.sync(view.store.get(_join(view.path, leaf), default_buffer_prototype()))
             zarr.consolidate_metadata(view)
             try:
-                view.store.commit()
+                overlay.commit(consolidation=True)
                 return
             except CommitConflict:
                 continue
@@ -552,7 +609,6 @@ class AppendTransaction:
         self,
         store: Any,
         group: str | None,
-        consolidated: bool | None,
         storage_options: Any,
         zarr_format: int,
         mode: str,
@@ -560,12 +616,13 @@ class AppendTransaction:
         items: list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]],
     ) -> tuple[Any, list[tuple[Any, Any, tuple[slice, ...], tuple[int, ...]]]]:
         """After the commit: xarray's store over the real store (what ``to_zarr``
-        returns and closes, consolidating the metadata as asked), and the captured dask
-        data with its arrays opened there."""
+        returns and closes), and the captured dask data with its arrays opened there,
+        from their own documents (the consolidated metadata is brought up to date
+        after the data, by :meth:`end`)."""
         zstore = _compat.get_writable_zarr_store(
             store,
             group=group,
-            consolidated=consolidated,
+            consolidated=False,
             storage_options=storage_options,
             zarr_format=zarr_format,
             mode=mode,  # type: ignore[arg-type]
@@ -579,6 +636,23 @@ class AppendTransaction:
         return zstore, found
 
 
+def _claim(store: GuardedOverlay, token: str, dim: str) -> list[str]:
+    """Record the rows each array grows along ``dim`` in its document, for ``token``:
+    the keys changed (none where one of them cannot hold the record)."""
+    claims: dict[str, bytes] = {}
+
+    def plan(key: str, written: bytes, old: bytes | None) -> None:
+        claimed = claim_in_document(written, token, dim, old)
+        if claimed is not None:
+            claims[key] = claimed
+
+    try:
+        store.amend(plan)
+    except Unrecorded:
+        return []
+    return store.amend(lambda key, *_: claims.get(key))
+
+
 def append_transaction(
     store: Any,
     storage_options: Any,
@@ -586,6 +660,7 @@ def append_transaction(
     append_dim: Hashable | None,
     session: Any,
     guarded: bool,
+    call: tuple[Any, ...] = (),
 ) -> AppendTransaction | None:
     """The transaction of a Dataset append that other jobs may make at the same time
     (``guarded``), None for any other write: not an append, an Icechunk session (its
@@ -593,4 +668,5 @@ def append_transaction(
     if not guarded or append_dim is None or session is not None or mode not in (None, "a"):
         return None
     found = conditional_path(store, storage_options)
-    return None if found is None else AppendTransaction(*found)
+    # (``call``: what identifies the call, its data first: see claims.call_token)
+    return None if found is None else AppendTransaction(*found, call_token(*call))

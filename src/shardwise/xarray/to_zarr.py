@@ -428,7 +428,16 @@ def to_zarr(
     # an append that other jobs may make at the same time: its metadata step runs on a
     # copy-on-write view of the store and is committed with conditional puts (see
     # _append_transaction); when another job committed first, it runs again
-    txn = append_transaction(store, storage_options, mode, append_dim, session, guarded)
+    txn = append_transaction(
+        store,
+        storage_options,
+        mode,
+        append_dim,
+        session,
+        guarded,
+        # (what the call's token is of: its claim of rows is recorded under it)
+        (ds, str(append_dim), group or ""),
+    )
     as_given = (ds, encoding, mode)
     with rl.enabled():  # zarr-python's flag, for this call only
         for _ in tries() if txn is not None else range(1):
@@ -494,13 +503,12 @@ def to_zarr(
                 raise
             if txn is None:
                 break
+            if txn.found_claims(overlay):
+                continue  # an earlier run of this call claimed rows: the next try writes them
             if txn.commit(overlay, zstore, append_dim):  # stored: the data goes there too
-                if consolidated or consolidated is None:  # (as xarray's metadata step)
-                    txn.consolidate()
                 zstore, capture.items = txn.reopen(
                     store,
                     group,
-                    consolidated,
                     storage_options,
                     zarr_format,
                     mode,
@@ -538,11 +546,14 @@ def to_zarr(
                 guarded=guarded,
             )
         )
+    # after the data: an append's claims released, the metadata consolidated (as
+    # xarray's metadata step does, which a try runs without)
+    end = None if txn is None else functools.partial(txn.end, consolidated is not False)
     if not compute:
         if fork is not None:  # the session's store stays here: it does not pickle
             zstore.close()
             return finish_graph(writes, merge_sessions)  # the fork sessions as one
-        return finish_graph(writes, _finish, zstore)
+        return finish_graph(writes, _finish, zstore, end)
     try:
         if writes:
             try:
@@ -566,9 +577,14 @@ def to_zarr(
                     if index
                     else ""
                 )
-                raise incomplete_append(e, rows, region=where, key=key, also=also) from e
+                recorded = txn is not None and bool(txn.claimed)
+                raise incomplete_append(
+                    e, rows, region=where, key=key, also=also, recorded=recorded
+                ) from e
             if fork is not None:
                 merge_into(session, done)
+        if end is not None:
+            end()
     finally:
         zstore.close()
     if commit is not None:
@@ -677,7 +693,9 @@ def _write_now(
     dask.compute(write, scheduler="sync")
 
 
-def _finish(zstore: Any, *writes: Any) -> Any:
+def _finish(zstore: Any, end: Any, *writes: Any) -> Any:
     del writes  # the writes are done before the store is closed
+    if end is not None:
+        end()
     zstore.close()
     return zstore
