@@ -29,7 +29,8 @@ ROWS = 50
 # the conditional puts each append below makes: its claim (the metadata documents it
 # grows), the merges of the shards it shares with what is stored, the claims' release
 DASK_ARRAY_PUTS = 3
-DATASET_PUTS = 8
+DATASET_PUTS = {False: 8, None: 9}  # by consolidated= (None: xarray's default, consolidated)
+REGION_PUTS = 2  # (the two shards it cuts)
 
 
 def puts(count: int) -> list[int]:
@@ -100,9 +101,12 @@ def test_an_obstore_append_whose_nth_conditional_put_is_lost(
     np.testing.assert_array_equal(stored[...], block(0, 200))
 
 
-@pytest.mark.parametrize("n", puts(DATASET_PUTS))
+@pytest.mark.parametrize(
+    ("consolidated", "n"), [(c, n) for c, count in DATASET_PUTS.items() for n in puts(count)]
+)
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_a_dataset_append_whose_nth_conditional_put_is_lost(
-    s3_serialized, serialized_bucket, proxy, n
+    s3_serialized, serialized_bucket, proxy, consolidated, n
 ):
     url = f"s3://{serialized_bucket}/d.zarr"
     so = options(proxy, s3_serialized)
@@ -119,21 +123,42 @@ def test_a_dataset_append_whose_nth_conditional_put_is_lost(
 
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
     shardwise.to_zarr(
-        dataset(0, 150), url, storage_options=so, consolidated=False, encoding=encoding
+        dataset(0, 150), url, storage_options=so, consolidated=consolidated, encoding=encoding
     )
     proxy.lose_nth(n, FaultProxy.conditional_put)
     shardwise.to_zarr(
-        dataset(150, ROWS), url, append_dim="y", storage_options=so, consolidated=False
+        dataset(150, ROWS), url, append_dim="y", storage_options=so, consolidated=consolidated
     )
-    assert proxy.injected.total() == (n <= DATASET_PUTS)
+    assert proxy.injected.total() == (n <= DATASET_PUTS[consolidated])
     back = xr.open_dataset(
         url,
         engine="zarr",
-        consolidated=False,
+        consolidated=consolidated,
         storage_options=s3_serialized.storage_options(),
     )
     assert dict(back.sizes) == {"y": 200, "x": 4}, f"lost put #{n}: {dict(back.sizes)}"
     xr.testing.assert_equal(back.load(), dataset(0, 200).load())
+
+
+@pytest.mark.parametrize("n", puts(REGION_PUTS))
+def test_a_region_write_whose_nth_conditional_put_is_lost(
+    s3_serialized, serialized_bucket, proxy, n
+):
+    """A region write that cuts two shards merges each with what is stored."""
+    url = f"s3://{serialized_bucket}/r.zarr"
+    so = options(proxy, s3_serialized)
+    first = da.from_array(block(0, 200), chunks=ROWS)
+    shardwise.to_zarr(first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4))
+    proxy.lose_nth(n, FaultProxy.conditional_put)
+    part = da.from_array(block(60, 80) + 0.5, chunks=ROWS)
+    shardwise.to_zarr(part, url, path="v", region=(slice(60, 140),), mode="r+", storage_options=so)
+    assert proxy.injected.total() == (n <= REGION_PUTS)
+    expected = block(0, 200)
+    expected[60:140] += 0.5
+    stored = zarr.open_array(
+        url, path="v", mode="r", storage_options=s3_serialized.storage_options()
+    )
+    np.testing.assert_array_equal(stored[...], expected)
 
 
 def ours(request) -> bool:
