@@ -159,3 +159,19 @@ def pytest_runtest_setup(item):
             k in params and params[k] == v for k, v in wanted.items()
         ):
             pytest.skip(mark.kwargs.get("reason", f"skipped for {wanted}"))
+
+
+# -- features only the newer releases of the supported versions have -------------------------
+_FEATURE_MARKS = {"rectilinear": "rectilinear", "xarray_rectilinear": "xarray-rectilinear"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked with a feature of ``shardwise._compat.NEWER`` (``rectilinear``,
+    ``xarray_rectilinear``) is skipped where the installed releases lack it, saying
+    which release it needs; its refusal there is tested by tests/test_versions.py."""
+    from shardwise import _compat
+
+    for item in items:
+        for mark, feature in _FEATURE_MARKS.items():
+            if item.get_closest_marker(mark) and not _compat.has(feature):
+                item.add_marker(pytest.mark.skip(reason=_compat.needed(feature)))

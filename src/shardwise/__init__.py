@@ -38,6 +38,7 @@ from shardwise.errors import (
     UnsafeNameError,
     UnsupportedArrayError,
     UnsupportedCodecError,
+    VersionError,
     WriteError,
 )
 
@@ -89,6 +90,7 @@ __all__ = [
     "UnsupportedArrayError",
     "UnsupportedCodecError",
     "VerifyReport",
+    "VersionError",
     "WriteError",
     "__version__",
     "check_regions",

@@ -4,8 +4,9 @@ Every name here is internal to the library it comes from: not in its documentati
 documented only under a private module. ``_WHERE`` says, for each, where it lives, what
 shardwise uses it for, the versions it was checked against and the public API to move to
 once there is one. Checked against zarr 3.4.2, dask 2026.8.0 and xarray 2026.9.0, and
-(``make test-lowest``) the floors pyproject declares: zarr 3.4.2, dask 2025.9, xarray
-2026.9. A private API that has gained a public home is imported from that home where
+(``make test-lowest``) the floors pyproject declares. Features only the newer releases
+in the supported window have are listed in :data:`NEWER` (refused, with the release
+they need, on the others); names older releases keep elsewhere in ``_BEFORE``. A private API that has gained a public home is imported from that home where
 it is used, not from here
 (``zarr.buffer.default_buffer_prototype``, ``zarr.abc.buffer.Buffer``,
 ``dask.task_spec.Task``, ``xarray.backends.ZarrStore``, ...).
@@ -138,14 +139,80 @@ _WHERE: dict[str, tuple[str, str]] = {
 }
 
 
+# names that older releases in the version window have elsewhere: name -> where, there
+_BEFORE: dict[str, tuple[str, str]] = {
+    # zarr 3.1 (3.2 moved it into the metadata classes, renamed): the same constructor
+    # (chunk_shape=) and attribute
+    "RegularChunkGridMetadata": ("zarr.core.chunk_grids", "RegularChunkGrid"),
+}
+
+# names only some releases in the version window have: on the others they are a class
+# nothing is an instance of (the feature is refused where it would be used: see NEWER)
+_ABSENT_BEFORE: dict[str, str] = {
+    "RectilinearChunkGridMetadata": "rectilinear",
+}
+
+
 def __getattr__(name: str) -> Any:
     try:
         module, attr = _WHERE[name]
     except KeyError:
         raise AttributeError(f"module 'shardwise._compat' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attr)
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        if name in _BEFORE:
+            value = getattr(importlib.import_module(_BEFORE[name][0]), _BEFORE[name][1])
+        elif name not in _ABSENT_BEFORE or has(_ABSENT_BEFORE[name]):
+            raise
+        else:
+            value = type(name, (), {"__doc__": f"absent: {needed(_ABSENT_BEFORE[name])}"})
     globals()[name] = value
     return value
+
+
+# -- the version window --------------------------------------------------------------------
+# Features that only the newer releases inside the versions pyproject declares have:
+# feature -> (distribution, the first release that has it, what it is). Where a feature
+# is missing, shardwise refuses what needs it with an error naming the release
+# (errors.VersionError), before anything is written; the rest works on every version.
+NEWER: dict[str, tuple[str, tuple[int, ...], str]] = {
+    # zarr-python reads and writes rectilinear chunk grids (zarr-extensions) from 3.2 on
+    "rectilinear": ("zarr", (3, 2), "rectilinear shard grids"),
+    # xarray's metadata step writes an array with a rectilinear grid from 2026.9 on;
+    # before, it asks zarr-python for the array's ``shards``, which such a grid has none of
+    "xarray-rectilinear": ("xarray", (2026, 9), "rectilinear shard grids through xarray"),
+}
+
+
+def version(distribution: str) -> tuple[int, ...]:
+    """The installed release of ``distribution`` as numbers (``(3, 1, 3)``); the
+    numeric start of each of the first three parts (``2026.9.0rc1`` -> ``(2026, 9, 0)``)."""
+    from importlib.metadata import version as installed
+
+    parts = []
+    for part in installed(distribution).split(".")[:3]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def has(feature: str) -> bool:
+    """Whether the installed releases have ``feature`` (a key of :data:`NEWER`)."""
+    distribution, first, _ = NEWER[feature]
+    return version(distribution) >= first
+
+
+def needed(feature: str) -> str:
+    """What ``feature`` needs, and what is installed, as a sentence part."""
+    distribution, first, what = NEWER[feature]
+    name = {"zarr": "zarr-python"}.get(distribution, distribution)
+    have = ".".join(map(str, version(distribution)))
+    return f"{what} need {name} >= {'.'.join(map(str, first))} (installed: {have})"
 
 
 # private attributes of xarray objects, read here so that the uses are in one place
@@ -258,17 +325,24 @@ def replace_metadata(metadata: Any, **changes: Any) -> Any:
     return replace(metadata, **changes)
 
 
+def array_config(arr: Any) -> Any:
+    """A ``zarr.Array``'s runtime configuration (``ArrayConfig``: ``write_empty_chunks``,
+    ``order``): ``Array.config`` from zarr 3.2 on; zarr 3.1 keeps it in the
+    ``AsyncArray``'s ``_config``. Public: ``Array.config`` (zarr >= 3.2)."""
+    config = getattr(arr, "config", None)
+    return config if config is not None else arr._async_array._config  # (zarr 3.1)
+
+
 def array_with_metadata(target: Any, metadata: Any) -> Any:
     """A ``zarr.Array`` over ``target``'s store path with ``metadata`` (just written to
-    its ``zarr.json``), without reading the document back. zarr 3.2-3.4 (``AsyncArray``'s
-    constructor and ``Array.async_array``). Public: ``zarr.open_array(store_path)``, one
-    read more."""
+    its ``zarr.json``), without reading the document back. zarr 3.1-3.4 (``AsyncArray``'s
+    constructor; the configuration of :func:`array_config`).
+    Public: ``zarr.open_array(store_path)``, one read more."""
     import zarr
 
+    config = array_config(target)
     return zarr.Array(
-        zarr.AsyncArray(
-            metadata=metadata, store_path=target.store_path, config=target.async_array.config
-        )
+        zarr.AsyncArray(metadata=metadata, store_path=target.store_path, config=config)
     )
 
 

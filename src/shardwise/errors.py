@@ -25,6 +25,7 @@ __all__ = [
     "ShardwiseError",
     "StoreExistsError",
     "StoreIOError",
+    "VersionError",
     "TooLargeError",
     "TruncatedShardError",
     "UnsafeNameError",
@@ -201,6 +202,12 @@ class IncompleteAppendError(ShardwiseError, OSError):
     ) -> None:
         self.rows = dict(rows or {})
         super().__init__(problem, **where)
+
+
+class VersionError(ShardwiseError, NotImplementedError):
+    """What was asked needs a newer release of a dependency than the one installed (a
+    feature only the newer releases of the versions shardwise supports have): the
+    message names the release. Nothing was written."""
 
 
 class StoreIOError(ShardwiseError, OSError):

@@ -584,6 +584,7 @@ def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) ->
             inner = _axis_sizes(chunks, x, "chunks", name, whole)
         edges = padded_edges(edges, inner)
         rl.check_inner(name, dims, edges, inner, x.shape)
+        rl.check_supported(name, edges)
         return GridPlan(None, edges, inner)
     if shards == "auto":
         grid = auto_shards(x.shape, itemsize, x.chunks)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError, VersionError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.names import node_path
 from shardwise.format.rectilinear import enabled
@@ -76,6 +76,17 @@ def parse_document(raw: bytes, key: str) -> Any:
     node = doc.get("node_type")
     if node not in ("array", "group"):
         raise bad(f"node_type {node!r} (expected 'array' or 'group')")
+    grid = doc.get("chunk_grid")
+    rectilinear = isinstance(grid, dict) and grid.get("name") == "rectilinear"
+    if rectilinear and not _compat.has("rectilinear"):
+        raise VersionError(
+            "the array has a rectilinear shard grid, which this installation cannot read",
+            expected=_compat.needed("rectilinear"),
+            found="chunk_grid 'rectilinear'",
+            array=path or "/",
+            key=key,
+            advice="Upgrade zarr (pip install 'zarr>=3.2').",
+        )
     try:
         if node == "group":
             return _compat.GroupMetadata.from_dict(doc)

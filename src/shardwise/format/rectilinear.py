@@ -20,10 +20,19 @@ from contextlib import contextmanager
 from typing import Any
 
 import shardwise._compat as _compat
-from shardwise.errors import WriteError
+from shardwise.errors import VersionError, WriteError
 from shardwise.format.grid import auto_chunks
 
-__all__ = ["MAX_SHARDS", "Edges", "appended", "enabled", "extend", "grid_of", "pad"]
+__all__ = [
+    "MAX_SHARDS",
+    "Edges",
+    "appended",
+    "check_supported",
+    "enabled",
+    "extend",
+    "grid_of",
+    "pad",
+]
 
 MAX_SHARDS = 10_000_000
 """The most shards a rectilinear grid written by shardwise may have: every edge is
@@ -55,7 +64,8 @@ class _FlagSwitch:
 
         with self._lock:
             if self._users == 0:
-                if zarr.config.get("array.rectilinear_chunks"):
+                # (zarr < 3.2 has no such flag, and no rectilinear grids to switch on)
+                if zarr.config.get("array.rectilinear_chunks", True):
                     self._restore = None
                 else:
                     self._restore = zarr.config.set({"array.rectilinear_chunks": True})
@@ -186,6 +196,7 @@ def appended(
     shape = list(metadata.shape)
     shape[axis] += sum(blocks)
     check_inner(name, dims, edges, inner, shape)
+    check_supported(name, edges)
     return edges
 
 
@@ -194,6 +205,26 @@ def nshards(edges: Sequence[Edges], shape: Sequence[int]) -> int:
 
 
 # -- checks and choices --------------------------------------------------------------------
+def check_supported(name: Hashable, edges: Sequence[Edges], *, xarray: bool = False) -> None:
+    """A grid of ``edges`` that is rectilinear (a dimension of more than one listed
+    edge) needs zarr-python 3.2 (and, written through xarray's metadata step,
+    ``xarray``, xarray 2026.9): refused on older releases, naming the release."""
+    if all(isinstance(e, int) or len(e) == 1 for e in edges):
+        return
+    for feature in ("rectilinear", "xarray-rectilinear") if xarray else ("rectilinear",):
+        if not _compat.has(feature):
+            raise VersionError(
+                "irregular dask chunks become rectilinear shards, which this installation "
+                "cannot write",
+                expected=_compat.needed(feature),
+                found=f"shards {tuple(e if isinstance(e, int) else list(e) for e in edges)}",
+                array=str(name),
+                advice="Upgrade it, or rechunk to regular sizes first (all equal but a "
+                "shorter last one: ds.chunk({...}), x.rechunk(...)), or give shards=. "
+                "Nothing was written.",
+            )
+
+
 def check_blocks(name: Hashable, dims: Sequence[Hashable], blocks: Sequence[Sequence[int]]) -> None:
     """Dask chunks of size 0 cannot be shards."""
     for dim, sizes in zip(dims, blocks, strict=True):

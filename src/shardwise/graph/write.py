@@ -587,7 +587,11 @@ def data_graph(
     by this call, so no shard of it exists yet). ``store``: write through this store
     instead of the array's (an Icechunk fork's store: the delayed then computes to the
     fork session holding the changes)."""
-    empty = target.config.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+    empty = (
+        _compat.array_config(target).write_empty_chunks
+        if write_empty_chunks is None
+        else write_empty_chunks
+    )
     if target.metadata.zarr_format == 3 and source.dtype.kind in FIXED_KINDS:
         info = ArrayInfo.from_metadata(target.metadata, target.path)
         return store_dask_array(

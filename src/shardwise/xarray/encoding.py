@@ -112,6 +112,7 @@ def plan_encoding(
             inner = tuple(enc["chunks"])
             rl.check_inner(name, var.dims, edges, inner, var.shape)
             edges = padded_edges(edges, inner, collapse=True)
+            rl.check_supported(name, edges, xarray=True)
             grids[str(name)] = edges
             enc["shards"] = inner  # the placeholder xarray writes
         elif shards == "dask" and blocks is not None and "shards" not in enc and 0 not in var.shape:
