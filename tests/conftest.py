@@ -168,7 +168,7 @@ _FEATURE_MARKS = {"rectilinear": "rectilinear", "xarray_rectilinear": "xarray-re
 def pytest_collection_modifyitems(config, items):
     """A test marked with a feature of ``shardwise._compat.NEWER`` (``rectilinear``,
     ``xarray_rectilinear``) is skipped where the installed releases lack it, saying
-    which release it needs; its refusal there is tested by tests/test_versions.py."""
+    which release it needs; its refusal there is tested by tests/test_version_window.py."""
     from shardwise import _compat
 
     for item in items:

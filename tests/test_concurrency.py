@@ -150,6 +150,7 @@ def test_appends_racing_each_other_all_land(tmp_path, where, request):
     check_appended(zarr.open_array(store, path="v", storage_options=so)[...], nprocs, rounds, rows)
 
 
+@pytest.mark.rectilinear
 def test_appends_racing_into_a_rectilinear_grid_all_land(tmp_path):
     """An array whose shards are its dask chunks (a rectilinear grid): each append adds
     its rows as a shard of their own, and grows the grid in zarr.json with the shape;

@@ -62,6 +62,7 @@ from shardwise import (
     TruncatedShardError,
     UnsupportedArrayError,
     UnsupportedCodecError,
+    _compat,
 )
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
 from shardwise.format.index import EMPTY, IndexFormat, check_entries
@@ -622,6 +623,9 @@ def test_zero_shard_shape_is_repaired_by_zarr(make_store, reader) -> None:
     the shards then do not match their index size, which is reported."""
     path = make_store()
     edit_metadata(path, set_grid([0, 8]))
+    if _compat.version("zarr") < (3, 4):  # (no repairs before): refused, named
+        assert_error(READERS[reader], path, UnsupportedArrayError, key="v/zarr.json", chunk=None)
+        return
     with pytest.warns(ZarrUserWarning, match="chunk shape"):
         assert_error(READERS[reader], path, ChecksumError, key=ALL_KEYS, chunk=None)
 
@@ -1103,7 +1107,7 @@ def test_fuzz_shard_decoder(config: str, data: st.DataObject) -> None:
     crc32c on the index and the chunks, a decoded shard is the original."""
     store, arr = SHARD_CONFIGS[config]
     dec = ShardDecoder(
-        arr.metadata.sharding_codec, SHARDS, arr.metadata.data_type, np.nan, array="v"
+        _compat.sharding_codec(arr.metadata), SHARDS, arr.metadata.data_type, np.nan, array="v"
     )
     original = store._store_dict["v/c/1/0"].to_bytes()
     raw = data.draw(st.binary(max_size=700) | mutated(original), label="shard")
@@ -1128,7 +1132,7 @@ CHAINS: dict[str, tuple[list[Any], Any, Any]] = {
     "bytes-big-endian": ([BytesCodec(endian="big")], Int16(), 0),
     "zstd": ([BytesCodec(), ZstdCodec()], Float64(), 0.0),
     "gzip": ([BytesCodec(), GzipCodec()], Float64(), 0.0),
-    "blosc": ([BytesCodec(), BloscCodec(cname="lz4")], Float64(), 0.0),
+    "blosc": ([BytesCodec(), BloscCodec(cname="lz4", shuffle="noshuffle")], Float64(), 0.0),
     "blosc-shuffle": ([BytesCodec(), BloscCodec(cname="zstd", shuffle="shuffle")], Int16(), 0),
     "zstd-crc32c": ([BytesCodec(), ZstdCodec(), Crc32cCodec()], Float64(), 0.0),
     "crc32c-zstd": ([BytesCodec(), Crc32cCodec(), ZstdCodec()], Float64(), 0.0),

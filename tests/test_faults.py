@@ -579,6 +579,10 @@ class GateStore(WrapperStore[Any]):
     def _with_store(self, store: Any) -> GateStore:
         return type(self)(store, self.key, self.gate, self.parties)
 
+    def with_read_only(self, read_only: bool = False) -> GateStore:
+        # (zarr-python's WrapperStore has it from 3.2 on; 3.1's opens need it for mode "r")
+        return self._with_store(self._store.with_read_only(read_only))
+
     def __str__(self) -> str:
         return f"gate-{self._store}"
 

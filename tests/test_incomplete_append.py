@@ -208,3 +208,77 @@ def test_a_dataset_append_that_succeeds_leaves_no_claim(tmp_path):
     xr.testing.assert_equal(back, _dataset(0, 200).load())
     group = zarr.open_group(path, mode="r", use_consolidated=False)
     assert all(CLAIMS not in a.attrs for _, a in group.arrays())
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_a_failure_after_the_commit_before_the_data_reports_the_rows(tmp_path, monkeypatch):
+    """The store fails between the commit that claimed the rows and the data step
+    (reopening the arrays): the rows are reported, and running the append again
+    completes them."""
+    from shardwise.xarray.metadata_step import AppendTransaction
+
+    path = tmp_path / "d.zarr"
+    shardwise.to_zarr(_dataset(0, 150), path)
+
+    def failing(self, *args, **kwargs):
+        raise OSError(104, "Connection reset by peer")
+
+    with monkeypatch.context() as m:
+        m.setattr(AppendTransaction, "reopen", failing)
+        with pytest.raises(shardwise.IncompleteAppendError) as info:
+            shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
+    assert info.value.rows["temp"] == ("time", 150, 200)
+    assert "Run the same append again" in str(info.value)
+    shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
+    back = xr.open_dataset(path, engine="zarr", consolidated=False).load()
+    xr.testing.assert_equal(back, _dataset(0, 200).load())
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_an_object_store_clients_own_error_is_named(tmp_path):
+    """obstore's GenericError from a request zarr-python makes while the write is
+    planned (a listing), and while a dataset is opened: StoreIOErrors naming where."""
+    obstore = pytest.importorskip("obstore")
+    from zarr.storage import LocalStore, WrapperStore
+
+    class Failing(WrapperStore):
+        async def list_dir(self, prefix):
+            raise obstore.exceptions.GenericError("request or response body error")
+            yield  # pragma: no cover - (an async generator)
+
+        def with_read_only(self, read_only=False):
+            return type(self)(self._store.with_read_only(read_only))
+
+    path = tmp_path / "d.zarr"
+    shardwise.to_zarr(_dataset(0, 150), path)
+    store = Failing(LocalStore(path))
+    with pytest.raises(shardwise.StoreIOError) as info:
+        shardwise.to_zarr(_dataset(150, ROWS), store, append_dim="time", consolidated=False)
+    assert isinstance(info.value.__cause__, obstore.exceptions.GenericError)
+    assert info.value.key == "zarr.json"
+    with pytest.raises(shardwise.StoreIOError) as info:
+        xr.open_dataset(store, engine="shardwise", consolidated=False)
+    assert info.value.key == "zarr.json"
+
+
+def test_a_commit_goes_over_another_appends_release_of_its_claim():
+    """Another job took its claim out of a document after this commit read it: the
+    commit puts its document over the current one with the claims merged; any other
+    change is a conflict."""
+    import json
+
+    from shardwise.array.claims import rebased
+
+    def doc(shape, claims):
+        attributes = {"units": "K", **({CLAIMS: claims} if claims else {})}
+        return json.dumps({"shape": shape, "node_type": "array", "attributes": attributes})
+
+    theirs = {"b": {"axis": 0, "rows": [100, 150]}}
+    mine = {"a": {"axis": 0, "rows": [150, 200]}}
+    read = doc([150, 4], theirs).encode()
+    ours = doc([200, 4], {**theirs, **mine}).encode()
+    put = rebased(ours, read, doc([150, 4], {}).encode())  # b's claim released meanwhile
+    assert put is not None
+    assert json.loads(put)["attributes"] == {"units": "K", CLAIMS: mine}
+    assert json.loads(put)["shape"] == [200, 4]
+    assert rebased(ours, read, doc([250, 4], theirs).encode()) is None  # another append

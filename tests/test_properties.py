@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from xarray.core import indexing
 from zarr.storage import MemoryStore
 
+from shardwise import _compat
 from shardwise.format.grid import DimGrid, ShardLayout
 from shardwise.io.reader import ArrayReader
 from shardwise.io.stores import ByteRange, ReadOptions, coalesce
@@ -68,7 +69,8 @@ def written_arrays(draw: st.DrawFn) -> Written:
     max_side = {1: 40, 2: 12, 3: 7}[ndim]
     inner = tuple(draw(st.integers(1, 4)) for _ in range(ndim))
     sharded = draw(st.sampled_from([True, True, True, False]))
-    rectilinear = draw(st.integers(0, 3)) == 0
+    # (rectilinear grids where the installed zarr-python has them: 3.2 on)
+    rectilinear = _compat.has("rectilinear") and draw(st.integers(0, 3)) == 0
     if rectilinear:
         # zarr-python wants rectilinear sizes (multiples of the inner chunk when sharded)
         # that add up to the shape: draw the number of units per dimension and split it
@@ -244,6 +246,9 @@ def test_basic_indexing_matches_zarr(w: Written, options: str, data: st.DataObje
             np.testing.assert_array_equal(got, w.array[key])
 
 
+@pytest.mark.skipif(
+    _compat.version("zarr") < (3, 2), reason="zarr-python 3.1's oindex (the reference) fails"
+)
 @READER_SETTINGS
 @given(w=written_arrays(), options=st.sampled_from(sorted(OPTIONS)), data=st.data())
 def test_outer_indexing_matches_zarr_oindex(w: Written, options: str, data: st.DataObject) -> None:

@@ -24,6 +24,7 @@ import zarr
 
 import shardwise
 from s3server import Hit, Mark, Recorded, S3Server
+from shardwise import _compat
 from shardwise.testing import CountingStore
 
 from clusters import CLUSTER_OPTIONS
@@ -263,12 +264,18 @@ def test_write_requests(target):
     assert shard_puts == dict.fromkeys(expected, 1)
     assert all(k.endswith("zarr.json") for k in puts if k not in shard_puts), puts
     assert all(h.status == 200 for h in hits if h.method == "PUT" and "/c/" in h.key)
-    assert not [h for h in hits if "/c/" in h.key and h.method != "PUT"]  # nothing read
+    read = [h for h in hits if "/c/" in h.key and h.method != "PUT"]
+    if _compat.version("zarr") < (3, 2):  # zarr-python 3.1 looks for the numpy coordinates'
+        read = [h for h in read if h.key.startswith("v/")]  # chunks before writing them
+    assert not read  # nothing read
     assert not [h for h in hits if h.method in ("DELETE", "POST")]
     # the CountingStore
     assert store.log.per_key("set") == Counter(dict.fromkeys(expected, 1))
     assert all(r.key.endswith("zarr.json") for r in store.log.sets() if "/c/" not in r.key)
-    assert not [r for r in store.log.gets() if "/c/" in r.key]
+    gets = [r for r in store.log.gets() if "/c/" in r.key]
+    if _compat.version("zarr") < (3, 2):  # (as above)
+        gets = [r for r in gets if r.key.startswith("v/")]
+    assert not gets
     # what is stored
     assert {k for k in target.objects() if "/c/" in k} == expected
     xr.testing.assert_identical(target.open().load(), ds.load())

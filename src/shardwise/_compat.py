@@ -325,6 +325,33 @@ def replace_metadata(metadata: Any, **changes: Any) -> Any:
     return replace(metadata, **changes)
 
 
+def decode_chunk_key(encoding: Any, key: str) -> tuple[int, ...]:
+    """The chunk coordinates of ``key`` under a chunk key encoding, as zarr-python 3.2
+    on decodes them. zarr 3.1's default encoding splits ``"c/0/0"`` after its first
+    character only, which leaves an empty coordinate (``ValueError``); decoded here for
+    every release. Public: ``ChunkKeyEncoding.decode_chunk_key``."""
+    from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+
+    if type(encoding) is DefaultChunkKeyEncoding:
+        if key == "c":
+            return ()
+        prefix = "c" + encoding.separator
+        if not key.startswith(prefix):
+            raise ValueError(f"Invalid chunk key for default encoding: {key!r}")
+        return tuple(map(int, key[len(prefix) :].split(encoding.separator)))
+    return tuple(encoding.decode_chunk_key(key))
+
+
+def is_fixed_size(codec: Any) -> bool:
+    """Whether a zarr-python codec encodes to a size fixed by its input's
+    (``is_fixed_size``). zarr 3.1's numcodecs checksum codecs (``numcodecs.adler32``,
+    ``crc32``, ``jenkins_lookup3``...) add a fixed number of bytes but leave the flag
+    unset; zarr 3.2 on sets it. Public: ``codec.is_fixed_size``."""
+    if getattr(codec, "is_fixed_size", False):
+        return True
+    return any(c.__name__ == "_NumcodecsChecksumCodec" for c in type(codec).__mro__)
+
+
 def array_config(arr: Any) -> Any:
     """A ``zarr.Array``'s runtime configuration (``ArrayConfig``: ``write_empty_chunks``,
     ``order``): ``Array.config`` from zarr 3.2 on; zarr 3.1 keeps it in the

@@ -324,6 +324,10 @@ class Rewriting(WrapperStore[Any]):
     def _with_store(self, store: Any) -> Rewriting:
         return type(self)(store, self.versions)
 
+    def with_read_only(self, read_only: bool = False) -> Rewriting:
+        # (zarr-python's WrapperStore has it from 3.2 on; 3.1's opens need it for mode "r")
+        return self._with_store(self._store.with_read_only(read_only))
+
     def __shardwise_conditional__(self) -> Any:
         from shardwise.testing import _PassedOn
 
@@ -393,6 +397,10 @@ class ReplacedAfterListing(WrapperStore[Any]):
 
     def _with_store(self, store: Any) -> ReplacedAfterListing:
         return type(self)(store, self.versions)
+
+    def with_read_only(self, read_only: bool = False) -> ReplacedAfterListing:
+        # (zarr-python's WrapperStore has it from 3.2 on; 3.1's opens need it for mode "r")
+        return self._with_store(self._store.with_read_only(read_only))
 
     def __shardwise_conditional__(self) -> Any:
         return conditional(self._store)

@@ -330,6 +330,7 @@ def test_zarr_v2(tmp_path, separator):
     assert ds.attrs["format"] == "Zarr v2" and ds.attrs["stray_keys"] == 0
 
 
+@pytest.mark.rectilinear
 def test_rectilinear(tmp_path):
     shape, inner = (12, 9), (2, 3)
     shards = [[4, 2, 6], [3, 6]]

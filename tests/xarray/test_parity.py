@@ -32,7 +32,19 @@ def test_every_parameter_of_engine_zarr_is_accepted_with_its_default(method):
     for name, p in theirs.items():
         assert ours[name].default == p.default, (name, ours[name].default, p.default)
         assert ours[name].kind == p.kind, name
-    assert set(ours) - set(theirs) == {"read_options"}
+    # (and engine="zarr"'s keywords for zarr-python 2, which newer xarray dropped)
+    older = {"synchronizer", "chunk_store", "zarr_version"}
+    assert set(ours) - set(theirs) - older == {"read_options"}
+
+
+def test_the_zarr_python_2_keywords_of_older_xarray(tmp_path):
+    path = tmp_path / "s.zarr"
+    xr.Dataset({"v": ("x", np.arange(4.0))}).to_zarr(path, zarr_format=3, consolidated=False)
+    opened = xr.open_dataset(path, engine="shardwise", consolidated=False, zarr_version=3)
+    assert opened.v.values.tolist() == [0.0, 1.0, 2.0, 3.0]
+    for bad in ({"synchronizer": object()}, {"chunk_store": {}}, {"zarr_version": 2}):
+        with pytest.raises(shardwise.ArgumentError):
+            xr.open_dataset(path, engine="shardwise", consolidated=False, zarr_format=3, **bad)
 
 
 def fill_value_stores(tmp_path: Path) -> dict[str, Path]:

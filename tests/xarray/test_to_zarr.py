@@ -18,7 +18,7 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from bounded import join_all
-from shardwise import StoreExistsError, WriteError
+from shardwise import StoreExistsError, WriteError, _compat
 from shardwise.codecs import ShardDecoder
 from shardwise.format.grid import auto_chunks, auto_shards
 from shardwise.format.metadata import ArrayInfo
@@ -68,7 +68,7 @@ def test_misaligned_chunks_one_put_per_shard_and_nothing_lost(tmp_path):
     xr.testing.assert_identical(read(tmp_path / "s.zarr"), ds.load())
     meta = zarr.open_array(tmp_path / "s.zarr" / "v").metadata
     assert meta.chunk_grid.chunk_shape == (100, 50)
-    assert meta.sharding_codec.chunk_shape == (10, 50)
+    assert _compat.sharding_codec(meta).chunk_shape == (10, 50)
 
 
 def graph_keys(delayed):
@@ -211,7 +211,7 @@ def test_numpy_variables_and_unsharded_arrays(tmp_path):
         consolidated=False,
     )
     xr.testing.assert_identical(read(path), ds)
-    assert zarr.open_array(path / "w").metadata.sharding_codec is None
+    assert _compat.sharding_codec(zarr.open_array(path / "w").metadata) is None
 
 
 def test_in_memory_store_by_default():
@@ -537,7 +537,7 @@ def test_zarr_v2_and_strings_go_through_aligned_dask_store(tmp_path):
     v3 = tmp_path / "v3.zarr"
     shardwise.to_zarr(ds, v3, shards={"time": 100}, chunks={"time": 20}, consolidated=False)
     xr.testing.assert_identical(read(v3), ds.load())
-    assert zarr.open_array(v3 / "name").metadata.sharding_codec is not None
+    assert _compat.sharding_codec(zarr.open_array(v3 / "name").metadata) is not None
 
 
 def test_aligned_chunks_break_at_the_grid():

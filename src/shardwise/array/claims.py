@@ -35,6 +35,7 @@ __all__ = [
     "claim_in",
     "claim_in_document",
     "claim_of",
+    "rebased",
     "release",
     "shown_before",
     "with_claim",
@@ -47,10 +48,16 @@ CLAIMS = "shardwise:appending"
 def call_token(*parts: Any) -> str:
     """The token of an append call: dask's deterministic token of ``parts`` (the data,
     which for a dask array is its graph's name, with the append dimension and shape).
-    The same data appended by the same script is the same token in every process."""
+    The same data appended by the same script is the same token in every process. Data
+    dask cannot tokenize gets a random token (another call every time: it appends)."""
+    import uuid
+
     from dask.base import tokenize
 
-    return str(tokenize(*parts))
+    try:
+        return str(tokenize(*parts))
+    except Exception:  # (an object without a deterministic token, a missing optional import)
+        return uuid.uuid4().hex
 
 
 def claim_of(attributes: Mapping[str, Any], token: str) -> tuple[int, int, int] | None:
@@ -124,6 +131,39 @@ def shown_before(document: bytes, axis: int, start: int) -> bytes:
     shape[axis] = start
     metadata["shape"] = shape
     return json.dumps(metadata, indent=2).encode()
+
+
+def rebased(ours: bytes, read: bytes | None, current: bytes | None) -> bytes | None:
+    """An array's ``zarr.json`` as an append's commit puts it (``ours``), put again over
+    the document as it is now (``current``) where another job changed only the claims
+    recorded in it since the commit read it (``read``: another append's claim taken out
+    once its data was written): ours with the current claims and ours merged. None where
+    anything else changed (a conflict)."""
+    if read is None or current is None:
+        return None
+    try:
+        mine, before, now = json.loads(ours), json.loads(read), json.loads(current)
+    except ValueError:
+        return None
+    if not all(isinstance(d, dict) for d in (mine, before, now)):
+        return None
+
+    def claims(document: dict[str, Any]) -> dict[str, Any]:
+        found = (document.get("attributes") or {}).get(CLAIMS)
+        return dict(found) if isinstance(found, Mapping) else {}
+
+    def rest(document: dict[str, Any]) -> dict[str, Any]:
+        attributes = {k: v for k, v in (document.get("attributes") or {}).items() if k != CLAIMS}
+        return {**document, "attributes": attributes}
+
+    if rest(before) != rest(now):
+        return None
+    added = {k: v for k, v in claims(mine).items() if k not in claims(before)}
+    merged = {**claims(now), **added}
+    attributes = dict(rest(mine)["attributes"])
+    if merged:
+        attributes[CLAIMS] = merged
+    return distinct(json.dumps({**mine, "attributes": attributes}, indent=2).encode())
 
 
 def release(guard: Conditional, key: str, token: str) -> None:

@@ -65,7 +65,7 @@ def index_format_from_codecs(
             checksum=len(codecs) == 2,
         )
     names = [codec_name(c) for c in codecs]
-    variable = [codec_name(c) for c in codecs if not getattr(c, "is_fixed_size", False)]
+    variable = [codec_name(c) for c in codecs if not _compat.is_fixed_size(c)]
     if variable or not codecs:
         raise UnsupportedCodecError(
             "shard index codecs of no fixed encoded size",

@@ -31,6 +31,7 @@ PARSE_ERRORS = (
     OverflowError,
     AttributeError,
     NotImplementedError,
+    ZeroDivisionError,  # (zarr-python 3.1 opening an inner chunk size of 0)
 )
 
 
@@ -297,7 +298,9 @@ class ArrayInfo:
         try:
             coords = tuple(
                 int(c)
-                for c in self.metadata.chunk_key_encoding.decode_chunk_key(key[len(prefix) :])
+                for c in _compat.decode_chunk_key(
+                    self.metadata.chunk_key_encoding, key[len(prefix) :]
+                )
             )
         except (ValueError, TypeError, AttributeError):
             return None

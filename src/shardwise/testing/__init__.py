@@ -94,6 +94,10 @@ class CountingStore(WrapperStore[Store]):
     def _with_store(self, store: Store) -> Self:
         return type(self)(store, self.log)
 
+    def with_read_only(self, read_only: bool = False) -> Self:
+        # (zarr-python's WrapperStore has it from 3.2 on; 3.1's opens need it for mode "r")
+        return self._with_store(self._store.with_read_only(read_only))
+
     def __str__(self) -> str:
         return f"counting-{self._store}"
 
@@ -253,6 +257,10 @@ class LatencyStore(WrapperStore[Store]):
 
     def _with_store(self, store: Store) -> Self:
         return type(self)(store, self.delay, self.overlap)
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        # (zarr-python's WrapperStore has it from 3.2 on; 3.1's opens need it for mode "r")
+        return self._with_store(self._store.with_read_only(read_only))
 
     def __str__(self) -> str:
         return f"latency{self.delay:g}s-{self._store}"

@@ -169,7 +169,11 @@ def _draft_groups(draft: Any, group: str) -> list[str]:
 
 
 def _io_error(e: BaseException) -> bool:
-    return isinstance(e, OSError) and not isinstance(e, FileNotFoundError)
+    from shardwise.errors import is_client_error
+
+    if isinstance(e, FileNotFoundError):
+        return False
+    return isinstance(e, OSError) or is_client_error(e)
 
 
 def _open_draft(filename_or_obj: Any, storage_options: dict[str, Any] | None) -> Any:
@@ -346,9 +350,18 @@ def _zarr_or_draft(
             )
     except Exception as e:
         draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
-        if draft is None:
+        if draft is not None:
+            return None, draft
+        from shardwise.errors import ShardwiseError, is_client_error, naming_metadata_errors
+
+        if isinstance(e, ShardwiseError) or not is_client_error(e):
             raise
-        return None, draft
+        # an object-store client's own error (obstore's GenericError...): named
+        where = f"{open_group.strip('/')}/" if open_group and open_group.strip("/") else ""
+        with naming_metadata_errors(
+            "opening the dataset", f"{where}zarr.json", "Open it again (the store failed)."
+        ):
+            raise e from None
     return stores, None
 
 
@@ -400,6 +413,33 @@ def open_backend_dataset(
     return ds, data_store.readers
 
 
+def _older_keywords(synchronizer: Any, chunk_store: Any, version: Any, zarr_format: Any) -> Any:
+    """engine="zarr"'s keywords of xarray before 2026.9, for zarr-python 2, accepted
+    as there: ``zarr_version`` is ``zarr_format``; a ``synchronizer`` or ``chunk_store``
+    (which zarr-python 3 has no place for) is refused. Returns the Zarr format asked."""
+    from shardwise.errors import ArgumentError
+
+    for name, value in (("synchronizer", synchronizer), ("chunk_store", chunk_store)):
+        if value is not None:
+            raise ArgumentError(
+                f"{name} is a zarr-python 2 option",
+                expected=f"{name}=None",
+                found=f"{name}={value!r}",
+                advice="zarr-python 3, which shardwise reads with, has no such option: "
+                "leave it out.",
+            )
+    if version is None or version == zarr_format:
+        return zarr_format
+    if zarr_format is not None:
+        raise ArgumentError(
+            "zarr_version and zarr_format disagree",
+            expected="zarr_format= alone (zarr_version is its old name)",
+            found=f"zarr_version={version!r}, zarr_format={zarr_format!r}",
+            advice="Give zarr_format only.",
+        )
+    return version
+
+
 class ShardwiseBackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 stores (sharded or not) with shardwise's shard-aware reader.
 
@@ -449,6 +489,9 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         decode_timedelta: Any = None,
         group: str | None = None,
         mode: str = "r",
+        synchronizer: Any = None,
+        chunk_store: Any = None,
+        zarr_version: int | None = None,
         consolidated: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         zarr_format: int | None = None,
@@ -474,7 +517,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
             group=group,
             consolidated=consolidated,
             storage_options=storage_options,
-            zarr_format=zarr_format,
+            zarr_format=_older_keywords(synchronizer, chunk_store, zarr_version, zarr_format),
             read_options=read_options,
             mode=mode,
             store=store,
@@ -495,6 +538,9 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         decode_timedelta: Any = None,
         group: str | None = None,
         mode: str = "r",
+        synchronizer: Any = None,
+        chunk_store: Any = None,
+        zarr_version: int | None = None,
         consolidated: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         zarr_format: int | None = None,
@@ -515,7 +561,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
                 mode=mode,
                 consolidated=consolidated,
                 storage_options=storage_options,
-                zarr_format=zarr_format,
+                zarr_format=_older_keywords(synchronizer, chunk_store, zarr_version, zarr_format),
                 read_options=read_options,
             )
         )
@@ -533,6 +579,9 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
         decode_timedelta: Any = None,
         group: str | None = None,
         mode: str = "r",
+        synchronizer: Any = None,
+        chunk_store: Any = None,
+        zarr_version: int | None = None,
         consolidated: bool | None = None,
         storage_options: dict[str, Any] | None = None,
         zarr_format: int | None = None,
@@ -551,7 +600,7 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
             depth=None,
             consolidated=consolidated,
             storage_options=storage_options,
-            zarr_format=zarr_format,
+            zarr_format=_older_keywords(synchronizer, chunk_store, zarr_version, zarr_format),
             mode=mode,
         )
         if draft is not None:

@@ -30,6 +30,7 @@ from shardwise.array.claims import (
     call_token,
     claim_in,
     claim_in_document,
+    rebased,
     release,
     shown_before,
 )
@@ -528,7 +529,8 @@ class AppendTransaction:
             key: functools.partial(shown_before, axis=axis, start=start)
             for key, (axis, start, _) in self.completing.items()
         }
-        return StorePath(GuardedOverlay(self.base.store, self.guard, shown=shown), self.base.path)
+        overlay = GuardedOverlay(self.base.store, self.guard, shown=shown, rebase=rebased)
+        return StorePath(overlay, self.base.path)
 
     def found_claims(self, view: Any) -> bool:
         """After a try's metadata step: True when the arrays it read hold this call's

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import shardwise._compat as _compat
@@ -30,8 +31,10 @@ from shardwise.errors import (
     ArgumentError,
     ConflictError,
     ShardwiseError,
+    StoreIOError,
     WriteError,
     incomplete_append,
+    is_client_error,
 )
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions, retries, tries
@@ -178,6 +181,38 @@ def _as_dataset(obj: Any) -> Any:
     raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
 
 
+def _naming_client_errors(write: Any) -> Any:
+    """``to_zarr`` with an object-store client's own error (obstore's ``GenericError``,
+    botocore's...) from a request shardwise does not make itself (zarr-python's and
+    xarray's, while they open and plan) raised as a :class:`StoreIOError` naming the
+    array or group and its metadata document, the client's error as the cause."""
+
+    @functools.wraps(write)
+    def call(*args: Any, **kw: Any) -> Any:
+        try:
+            return write(*args, **kw)
+        except ShardwiseError:
+            raise
+        except Exception as e:
+            if not is_client_error(e):
+                raise
+            group = args[3] if len(args) > 3 else kw.get("group")
+            array = is_array(args[0] if args else kw.get("obj"))
+            where = (kw.get("path") or kw.get("component") if array else group) or ""
+            where = where.strip("/")
+            raise StoreIOError(
+                "writing failed: a store request raised an error",
+                found=f"{type(e).__name__}: {e}",
+                array=where or "/",
+                key=f"{where}/zarr.json" if where else "zarr.json",
+                advice="The store failed while the write was opened or planned, before "
+                "its data was written. Run it again.",
+            ) from e
+
+    return call
+
+
+@_naming_client_errors
 def to_zarr(
     obj: Any,
     store: Any = None,
@@ -436,7 +471,7 @@ def to_zarr(
         session,
         guarded,
         # (what the call's token is of: its claim of rows is recorded under it)
-        (ds, str(append_dim), group or ""),
+        (_data_of(ds), str(append_dim), group or ""),
     )
     as_given = (ds, encoding, mode)
     with rl.enabled():  # zarr-python's flag, for this call only
@@ -506,15 +541,16 @@ def to_zarr(
             if txn.found_claims(overlay):
                 continue  # an earlier run of this call claimed rows: the next try writes them
             if txn.commit(overlay, zstore, append_dim):  # stored: the data goes there too
-                zstore, capture.items = txn.reopen(
-                    store,
-                    group,
-                    storage_options,
-                    zarr_format,
-                    mode,
-                    append_dim,
-                    capture.items,
-                )
+                with _claimed_rows_reported(capture.items, append_dim, group, txn):
+                    zstore, capture.items = txn.reopen(
+                        store,
+                        group,
+                        storage_options,
+                        zarr_format,
+                        mode,
+                        append_dim,
+                        capture.items,
+                    )
                 break
             # (another job appended first: plan again, after a pause)
         else:
@@ -556,31 +592,12 @@ def to_zarr(
         return finish_graph(writes, _finish, zstore, end)
     try:
         if writes:
-            try:
+            # (a fork's commit is all or none: nothing claimed until then)
+            claimed = append_dim if fork is None else None
+            with _claimed_rows_reported(capture.items, claimed, group, txn):
                 done = compute_with_progress(
                     *writes, progress=progress, desc="to_zarr", **(chunkmanager_store_kwargs or {})
                 )
-            except (ShardwiseError, OSError) as e:
-                if append_dim is None or fork is not None:  # (a fork's commit is all or none)
-                    raise
-                rows = _claimed(capture.items, append_dim)
-                if not rows:
-                    raise
-                key = f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json"
-                dim, lo, hi = next(iter(rows.values()))
-                where = f"{{{dim!r}: slice({lo}, {hi})}}"
-                index = [p for p in rows if p.rpartition("/")[2] == str(append_dim)]
-                also = (
-                    f", and its coordinate {index[0]!r}, which region writes leave as it is: "
-                    f"zarr.open_array(store, path={index[0]!r}, mode='r+')[{lo}:{hi}] = "
-                    f"ds[{str(append_dim)!r}].values"
-                    if index
-                    else ""
-                )
-                recorded = txn is not None and bool(txn.claimed)
-                raise incomplete_append(
-                    e, rows, region=where, key=key, also=also, recorded=recorded
-                ) from e
             if fork is not None:
                 merge_into(session, done)
         if end is not None:
@@ -590,6 +607,47 @@ def to_zarr(
     if commit is not None:
         return session.commit(commit)
     return zstore
+
+
+@contextmanager
+def _claimed_rows_reported(
+    items: Any, append_dim: Hashable | None, group: str | None, txn: Any
+) -> Iterator[None]:
+    """Inside the block (after an append's commit claimed its rows), a store error (or
+    an object-store client's) becomes an :class:`IncompleteAppendError` naming the rows
+    claimed and how to complete them; nothing changes outside an append."""
+    try:
+        yield
+    except Exception as e:
+        named = isinstance(e, ShardwiseError | OSError) or is_client_error(e)
+        rows = _claimed(items, append_dim) if append_dim is not None and named else {}
+        if not rows:
+            raise
+        key = f"{group.strip('/')}/zarr.json" if group and group.strip("/") else "zarr.json"
+        dim, lo, hi = next(iter(rows.values()))
+        where = f"{{{dim!r}: slice({lo}, {hi})}}"
+        index = [p for p in rows if p.rpartition("/")[2] == str(append_dim)]
+        also = (
+            f", and its coordinate {index[0]!r}, which region writes leave as it is: "
+            f"zarr.open_array(store, path={index[0]!r}, mode='r+')[{lo}:{hi}] = "
+            f"ds[{str(append_dim)!r}].values"
+            if index
+            else ""
+        )
+        recorded = txn is not None and bool(txn.claimed)
+        raise incomplete_append(e, rows, region=where, key=key, also=also, recorded=recorded) from e
+
+
+def _data_of(ds: Any) -> tuple[Any, ...]:
+    """What a Dataset's append token is of: each variable's name, dimensions and data
+    (a dask array's graph name, numpy values as they are), not xarray's own token of
+    the Dataset (its pandas indexes need pyarrow in some dask releases)."""
+    import numpy as np
+
+    return tuple(
+        (str(name), var.dims, getattr(var.data, "name", None) or np.asarray(var.values))
+        for name, var in sorted(ds.variables.items(), key=lambda item: str(item[0]))
+    )
 
 
 def _claimed(items: Any, append_dim: Hashable) -> dict[str, tuple[str, int, int]]:
