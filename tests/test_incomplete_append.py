@@ -38,7 +38,8 @@ def failing_shard_puts(monkeypatch):
     return lambda: monkeypatch.setattr(conditional._Local, "put", put)
 
 
-def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts):
+def _array(tmp_path):
+    """150 rows of a dask array written at ``v`` (shards of 100 rows)."""
     path = tmp_path / "a.zarr"
     shardwise.to_zarr(
         da.from_array(block(0, 150), chunks=ROWS),
@@ -48,6 +49,11 @@ def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_p
         chunks=(10, 4),
         dimension_names=["y", "x"],
     )
+    return path
+
+
+def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts):
+    path = _array(tmp_path)
     more = da.from_array(block(150), chunks=ROWS)
     with pytest.raises(shardwise.IncompleteAppendError) as info:
         shardwise.to_zarr(more, path, path="v", append_dim=0)
@@ -91,19 +97,6 @@ def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts
     zarr.open_array(path, path="y", mode="r+")[150:200] = more["y"].values
     back = xr.open_dataset(path, engine="zarr", consolidated=False)
     xr.testing.assert_equal(back.load(), dataset(0, 200).load())
-
-
-def _array(tmp_path):
-    path = tmp_path / "a.zarr"
-    shardwise.to_zarr(
-        da.from_array(block(0, 150), chunks=ROWS),
-        path,
-        path="v",
-        shards=(100, 4),
-        chunks=(10, 4),
-        dimension_names=["y", "x"],
-    )
-    return path
 
 
 def test_an_append_that_succeeds_leaves_no_claim(tmp_path):
