@@ -111,6 +111,7 @@ class _Rule:
 class _LoseNth:
     n: int
     when: Callable[[Request], bool]
+    then: Callable[[], object] | None = None
     seen: int = 0
 
 
@@ -245,13 +246,20 @@ class FaultProxy:
         with self._lock:
             self._rules.append(_Rule(fault, float(rate), wanted, when))
 
-    def lose_nth(self, n: int, when: Callable[[Request], bool]) -> None:
+    def lose_nth(
+        self,
+        n: int,
+        when: Callable[[Request], bool],
+        then: Callable[[], object] | None = None,
+    ) -> None:
         """The n-th request (1-based, counted from now) for which ``when`` holds is
-        forwarded and applied, and its response lost (``lost``). Once."""
+        forwarded and applied, and its response lost (``lost``). Once. ``then``: called
+        after the request was applied and before the connection is cut (on the proxy's
+        thread; what another job does in that moment)."""
         if n < 1:
             raise ValueError(f"n counts from 1, not {n}")
         with self._lock:
-            self._lose.append(_LoseNth(n, when))
+            self._lose.append(_LoseNth(n, when, then))
 
     def clear(self) -> None:
         """Remove every rule and every pending :meth:`lose_nth`."""
@@ -264,7 +272,10 @@ class FaultProxy:
         """A ``PUT`` with ``If-Match`` or ``If-None-Match``: a conditional write."""
         return req.method == "PUT" and ("if-match" in req.headers or "if-none-match" in req.headers)
 
-    def _choose(self, req: Request) -> str | None:
+    def _choose(self, req: Request) -> tuple[str | None, Callable[[], object] | None]:
+        """The fault for ``req`` (None: none), and what to call once a lost one is
+        applied."""
+        then = None
         with self._lock:
             self.received += 1
             chosen = None
@@ -273,7 +284,7 @@ class FaultProxy:
                     lose.seen += 1
                     if lose.seen == lose.n:
                         self._lose.remove(lose)
-                        chosen = "lost"
+                        chosen, then = "lost", lose.then
             if chosen is None:
                 for rule in self._rules:
                     if rule.matches(req) and self._random.random() < rule.rate:
@@ -281,7 +292,7 @@ class FaultProxy:
                         break
             if chosen is not None:
                 self.injected[(chosen, req.method)] += 1
-            return chosen
+            return chosen, then
 
     # -- connections -------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -388,7 +399,7 @@ class FaultProxy:
         """Answer one request; True to keep the connection, False to close it (FIN),
         None to abort it (RST)."""
         req = incoming.request
-        fault = self._choose(req)
+        fault, then = self._choose(req)
         if fault in _ERRORS:
             sock.sendall(_error_response(req, *_ERRORS[fault]))
             return True
@@ -404,6 +415,8 @@ class FaultProxy:
             sock.sendall(head + payload)
             return True
         if fault == "lost":
+            if then is not None:
+                then()
             return None
         if fault == "stall":
             self._stopping.wait(self.stall_seconds)

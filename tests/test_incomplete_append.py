@@ -275,3 +275,8 @@ def test_a_commit_goes_over_another_appends_release_of_its_claim():
     assert json.loads(put)["attributes"] == {"units": "K", CLAIMS: mine}
     assert json.loads(put)["shape"] == [200, 4]
     assert rebased(ours, read, doc([250, 4], theirs).encode()) is None  # another append
+    # another append made over ours (whose answer was lost): it holds our claim
+    over = doc([250, 4], {**mine, "c": {"axis": 0, "rows": [200, 250]}}).encode()
+    assert rebased(ours, read, over) == over
+    moved = doc([250, 4], {"a": {"axis": 0, "rows": [200, 250]}}).encode()
+    assert rebased(ours, read, moved) is None  # (not our rows: not ours)

@@ -274,3 +274,82 @@ def test_a_fault_that_outlasts_the_retries_names_the_array_and_key(
     assert err.key is not None and err.key.endswith("v/zarr.json"), err
     assert err.array is not None and "check its shape" in str(err)
     assert isinstance(err.__cause__, ConnectionError)
+
+
+@pytest.mark.parametrize("client", ["s3fs", "obstore"])
+def test_another_append_between_a_lost_response_and_its_retry(
+    s3_serialized, serialized_bucket, proxy, client
+):
+    """The race the bytes alone cannot settle: the claim's put lands, its response is
+    lost, and another job appends before the put is sent again (or, through obstore,
+    before the object is read to settle it). The object then holds neither this put's
+    bytes nor the version it was conditioned on: the put is taken as not made. The
+    other job's document keeps this call's claim, so the next try finds it and writes
+    the claimed rows, once, in their place; the other job's rows follow."""
+    direct = s3_serialized.storage_options()
+    if client == "s3fs":
+        store = f"s3://{serialized_bucket}/race.zarr"
+        so = options(proxy, s3_serialized)
+    else:
+        pytest.importorskip("obstore")
+        store = s3_serialized.obstore(serialized_bucket, "race.zarr", endpoint=proxy.endpoint)
+        so = None
+    url = f"s3://{serialized_bucket}/race.zarr"
+    first = da.from_array(block(0, 150), chunks=ROWS)
+    shardwise.to_zarr(first, url, path="v", storage_options=direct, shards=(100, 4), chunks=(10, 4))
+    other = []
+
+    def another_job_appends() -> None:
+        more = da.from_array(block(200), chunks=ROWS)  # after the 50 rows claimed
+        other.append(
+            shardwise.to_zarr(more, url, path="v", append_dim=0, storage_options=direct).shape
+        )
+
+    proxy.lose_nth(1, FaultProxy.conditional_put, then=another_job_appends)
+    ours_ = da.from_array(block(150), chunks=ROWS)
+    shardwise.to_zarr(ours_, store, path="v", append_dim=0, storage_options=so)
+    assert proxy.injected.total() == 1
+    assert other == [(250, 4)]
+    stored = zarr.open_array(url, path="v", mode="r", storage_options=direct)
+    assert stored.shape == (250, 4)
+    np.testing.assert_array_equal(stored[...], block(0, 250))
+    assert "shardwise:appending" not in stored.attrs  # every claim taken out
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
+def test_another_dataset_append_between_a_lost_response_and_its_retry(
+    s3_serialized, serialized_bucket, proxy
+):
+    """The same for a Dataset append, the response of its commit's last put lost (the
+    other job's append, which waits for a store whose arrays have one length, goes
+    through there): the other job's document keeps this call's claim, so the put is
+    settled as made, and the claimed rows written in their place."""
+    url = f"s3://{serialized_bucket}/race-ds.zarr"
+    so = options(proxy, s3_serialized)
+    direct = s3_serialized.storage_options()
+
+    def dataset(start: int, rows: int) -> xr.Dataset:
+        values = block(start, rows)
+        return xr.Dataset(
+            {"temp": (("y", "x"), values), "salt": (("y", "x"), values + 0.5)},
+            coords={"y": np.arange(start, start + rows)},
+        ).chunk({"y": ROWS})
+
+    encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
+    shardwise.to_zarr(dataset(0, 150), url, storage_options=direct, encoding=encoding)
+    other = []
+
+    def another_job_appends() -> None:
+        shardwise.to_zarr(dataset(200, ROWS), url, append_dim="y", storage_options=direct)
+        other.append(True)
+
+    def last_of_the_commit(request) -> bool:  # (its documents are put in key order)
+        path = request.path.split("?")[0]
+        return FaultProxy.conditional_put(request) and path.endswith("/y/zarr.json")
+
+    proxy.lose_nth(1, last_of_the_commit, then=another_job_appends)
+    shardwise.to_zarr(dataset(150, ROWS), url, append_dim="y", storage_options=so)
+    assert proxy.injected.total() == 1 and other == [True]
+    back = xr.open_dataset(url, engine="zarr", storage_options=direct)
+    assert dict(back.sizes) == {"y": 250, "x": 4}
+    xr.testing.assert_equal(back.load(), dataset(0, 250).load())

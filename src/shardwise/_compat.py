@@ -360,17 +360,17 @@ def array_config(arr: Any) -> Any:
     return config if config is not None else arr._async_array._config  # (zarr 3.1)
 
 
-def array_with_metadata(target: Any, metadata: Any) -> Any:
-    """A ``zarr.Array`` over ``target``'s store path with ``metadata`` (just written to
-    its ``zarr.json``), without reading the document back. zarr 3.1-3.4 (``AsyncArray``'s
-    constructor; the configuration of :func:`array_config`).
-    Public: ``zarr.open_array(store_path)``, one read more."""
+def array_with_metadata(target: Any, metadata: Any, store_path: Any = None) -> Any:
+    """A ``zarr.Array`` over ``target``'s store path (or ``store_path``) with
+    ``metadata`` (just written to its ``zarr.json``, or to be written after the data),
+    without reading the document. zarr 3.1-3.4 (``AsyncArray``'s constructor; the
+    configuration of :func:`array_config`). Public: ``zarr.open_array(store_path)``, one
+    read more, of a document that must exist."""
     import zarr
 
     config = array_config(target)
-    return zarr.Array(
-        zarr.AsyncArray(metadata=metadata, store_path=target.store_path, config=config)
-    )
+    where = target.store_path if store_path is None else store_path
+    return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=where, config=config))
 
 
 # object stores: conditional reads and puts (shardwise.io.conditional)

@@ -53,6 +53,7 @@ from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
 from shardwise.io.open import store_path
+from shardwise.io.staged import StagedWrite, around_data, staged_write
 from shardwise.io.stores import write_grid
 
 __all__ = ["array_to_zarr", "dask_call", "from_zarr", "is_array"]
@@ -142,6 +143,7 @@ def array_to_zarr(
     # they are written: run again after a failure, the same call writes them, see claims)
     token = None if guard is None else call_token(x.name, x.shape, x.dtype.str, append_dim)
     given_x = x
+    staged = None  # a new array's metadata put after its data (see _create's call)
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
         for _ in tries():
             x = given_x
@@ -202,7 +204,8 @@ def array_to_zarr(
                 )
             # -- everything checked: now write metadata --------------------------------------
             if arr is None:
-                arr = _create(
+                # (computed here: created on a view, its metadata put after its data)
+                arr, staged = _create(
                     store,
                     path,
                     x,
@@ -212,6 +215,7 @@ def array_to_zarr(
                     mode,
                     storage_options,
                     write_empty_chunks,
+                    staged=compute and session is None,
                 )
             elif new_shape != arr.shape:
                 if guard is None:
@@ -262,15 +266,16 @@ def array_to_zarr(
     )
     graph = finish_graph([write], done, arr)
     if return_stored:
-        stored = _stored(arr, offset, x.shape)
         if not compute:  # read once written: every task of it waits for the write
-            return _after(stored, graph)
-        compute_with_progress(graph, progress=progress, desc="to_zarr")
-        return stored
+            return _after(_stored(arr, offset, x.shape), graph)
+        with around_data(staged):
+            compute_with_progress(graph, progress=progress, desc="to_zarr")
+        return _stored(arr, offset, x.shape)
     if not compute:
         return graph
     if append_dim is None or fresh:
-        compute_with_progress(graph, progress=progress, desc="to_zarr")
+        with around_data(staged):
+            compute_with_progress(graph, progress=progress, desc="to_zarr")
         return arr
     try:
         compute_with_progress(graph, progress=progress, desc="to_zarr")
@@ -727,7 +732,14 @@ def _create(
     mode: str,
     storage_options: Any,
     write_empty_chunks: bool | None,
-) -> Any:
+    *,
+    staged: bool,
+) -> tuple[Any, StagedWrite | None]:
+    """The new array, created by zarr-python: on a :class:`StagedWrite`'s view when
+    ``staged`` (its metadata put after its data; the array returned is on the store),
+    and that write."""
+    import inspect
+
     import zarr
 
     kwargs: dict[str, Any] = {
@@ -740,23 +752,29 @@ def _create(
     shards = plan.shards
     if plan.edges is not None:  # created regular, then its grid written (below)
         shards = plan.inner
+    arguments = {
+        "name": path.strip("/") or None,
+        "shape": x.shape,
+        "dtype": x.dtype,
+        "chunks": plan.inner,
+        "shards": shards,
+        "fill_value": creation["fill_value"],
+        "attributes": dict(creation["attributes"] or {}),
+        "dimension_names": creation["dimension_names"],
+        "zarr_format": 2 if zarr_format == 2 else 3,
+        "overwrite": mode == "w",
+        "config": config,
+        **kwargs,
+    }
+    staging = None
     try:
-        arr = zarr.create_array(
-            store,
-            name=path.strip("/") or None,
-            shape=x.shape,
-            dtype=x.dtype,
-            chunks=plan.inner,
-            shards=shards,
-            fill_value=creation["fill_value"],
-            attributes=dict(creation["attributes"] or {}),
-            dimension_names=creation["dimension_names"],
-            zarr_format=2 if zarr_format == 2 else 3,
-            overwrite=mode == "w",
-            storage_options=storage_options,
-            config=config,
-            **kwargs,
-        )
+        # (an argument create_array does not take, refused before the store is opened)
+        inspect.signature(zarr.create_array).bind(store, **arguments)
+        if staged:
+            staging = staged_write(store, storage_options, path, replaces=mode == "w")
+            arr = zarr.create_array(staging.view(), **arguments)
+        else:
+            arr = zarr.create_array(store, storage_options=storage_options, **arguments)
     except TypeError as e:  # an argument create_array does not take
         raise ArgumentError(
             "zarr-python's create_array refused an argument",
@@ -773,7 +791,7 @@ def _create(
         ) from e
     if plan.edges is not None:
         arr = write_grid(arr, plan.edges)
-    return arr
+    return (arr, None) if staging is None else (staging.bind(arr), staging)
 
 
 def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[Any] | None:

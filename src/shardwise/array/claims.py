@@ -24,6 +24,7 @@ from shardwise.errors import (
     incomplete_append,
     naming_metadata_errors,
 )
+from shardwise.format.metadata import node_document
 from shardwise.graph.tasks import retries, tries
 from shardwise.io.conditional import Conditional, distinct
 
@@ -113,11 +114,8 @@ def claim_in_document(document: bytes, token: str, dim: str, old: bytes | None) 
 def claim_in(document: bytes, token: str) -> tuple[int, int, int] | None:
     """The claim of ``token`` recorded in an array's ``zarr.json`` (``(axis, start,
     stop)``), None when there is none."""
-    try:
-        metadata = json.loads(document)
-    except ValueError:
-        return None
-    if not isinstance(metadata, dict) or metadata.get("node_type") != "array":
+    metadata = node_document(document, "array")
+    if metadata is None:
         return None
     attributes = metadata.get("attributes")
     return claim_of(attributes, token) if isinstance(attributes, Mapping) else None
@@ -138,14 +136,10 @@ def rebased(ours: bytes, read: bytes | None, current: bytes | None) -> bytes | N
     the document as it is now (``current``) where another job changed only the claims
     recorded in it since the commit read it (``read``: another append's claim taken out
     once its data was written): ours with the current claims and ours merged. None where
-    anything else changed (a conflict)."""
-    if read is None or current is None:
-        return None
-    try:
-        mine, before, now = json.loads(ours), json.loads(read), json.loads(current)
-    except ValueError:
-        return None
-    if not all(isinstance(d, dict) for d in (mine, before, now)):
+    anything else changed (a conflict). ``current`` itself where it holds the claims
+    ours adds: ours was put (its answer lost) and another append went over it."""
+    mine, before, now = node_document(ours), node_document(read), node_document(current)
+    if mine is None or before is None or now is None:
         return None
 
     def claims(document: dict[str, Any]) -> dict[str, Any]:
@@ -156,9 +150,13 @@ def rebased(ours: bytes, read: bytes | None, current: bytes | None) -> bytes | N
         attributes = {k: v for k, v in (document.get("attributes") or {}).items() if k != CLAIMS}
         return {**document, "attributes": attributes}
 
+    added = {k: v for k, v in claims(mine).items() if k not in claims(before)}
+    if added and all(claims(now).get(k) == v for k, v in added.items()):
+        # ours landed (its response lost) and another job's append went over it,
+        # keeping our claim: settled, as it is now
+        return current
     if rest(before) != rest(now):
         return None
-    added = {k: v for k, v in claims(mine).items() if k not in claims(before)}
     merged = {**claims(now), **added}
     attributes = dict(rest(mine)["attributes"])
     if merged:
@@ -179,7 +177,9 @@ def release(guard: Conditional, key: str, token: str) -> None:
             data, version = guard.get(key)
             if data is None:
                 return
-            document = json.loads(bytes(data))
+            document = node_document(data)
+            if document is None:  # (no longer an array's document: nothing to take out)
+                return
             attributes = document.get("attributes") or {}
             claims = attributes.get(CLAIMS)
             if not isinstance(claims, Mapping) or token not in claims:

@@ -14,7 +14,7 @@ from shardwise.format.grid import ShardLayout
 from shardwise.format.names import node_path
 from shardwise.format.rectilinear import enabled
 
-__all__ = ["ArrayInfo", "metadata_key", "parse_document", "read_document"]
+__all__ = ["ArrayInfo", "metadata_key", "node_document", "parse_document", "read_document"]
 
 
 # The largest extent numpy, dask and xarray can index (int64).
@@ -33,6 +33,24 @@ PARSE_ERRORS = (
     NotImplementedError,
     ZeroDivisionError,  # (zarr-python 3.1 opening an inner chunk size of 0)
 )
+
+
+def node_document(raw: Any, node_type: str | None = None) -> dict[str, Any] | None:
+    """A metadata document's JSON object (``raw``: its bytes, or a buffer), None when
+    it is absent, no JSON object, or not of ``node_type`` (``"array"``, ``"group"``)
+    where one is asked for: for code that edits documents read from a store and leaves
+    any other alone (the readers' checks are :func:`parse_document`'s)."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(bytes(raw))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if node_type is not None and doc.get("node_type") != node_type:
+        return None
+    return doc
 
 
 def metadata_key(path: str) -> str:

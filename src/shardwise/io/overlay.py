@@ -18,6 +18,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.storage import WrapperStore
 
 from shardwise.errors import ConflictError, naming_metadata_errors
+from shardwise.format.metadata import node_document
 from shardwise.io.conditional import distinct
 
 __all__ = ["CommitConflict", "GuardedOverlay", "OverlayStore", "without_consolidated"]
@@ -54,6 +55,24 @@ class OverlayStore(WrapperStore[Store]):
     def changed(self) -> list[str]:
         """Keys written in the overlay (for tests and error messages)."""
         return sorted(self._written)
+
+    @property
+    def written(self) -> dict[str, Buffer]:
+        """What the overlay holds: key -> the object written."""
+        return dict(self._written)
+
+    @property
+    def deleted(self) -> tuple[list[str], list[str]]:
+        """The folders (prefixes ending in ``/``, or ``""``: everything) and keys
+        deleted in the overlay."""
+        return sorted(self._deleted_prefixes), sorted(self._deleted_keys)
+
+    def settle(self) -> None:
+        """Forget every change: the wrapped store holds them now (see
+        :class:`~shardwise.io.staged.StagedWrite`), and reads go through to it."""
+        self._written.clear()
+        self._deleted_keys.clear()
+        self._deleted_prefixes.clear()
 
     # -- Store API -----------------------------------------------------------------------
     @property
@@ -375,12 +394,8 @@ def _rank(key: str, value: Buffer) -> int:
 
 
 def _node_type(document: bytes) -> Any:
-    import json
-
-    try:
-        return json.loads(document).get("node_type")
-    except (ValueError, AttributeError):
-        return None
+    doc = node_document(document)
+    return None if doc is None else doc.get("node_type")
 
 
 def without_consolidated(document: bytes) -> bytes:
@@ -388,13 +403,8 @@ def without_consolidated(document: bytes) -> bytes:
     it is)."""
     import json
 
-    try:
-        metadata = json.loads(document)
-    except ValueError:
-        return document
-    if not isinstance(metadata, dict) or metadata.get("node_type") != "group":
-        return document
-    if metadata.pop("consolidated_metadata", None) is None:
+    metadata = node_document(document, "group")
+    if metadata is None or metadata.pop("consolidated_metadata", None) is None:
         return document
     return json.dumps(metadata, indent=2).encode()
 
@@ -417,14 +427,9 @@ def _keep_consolidated(ours: bytes, current: Any) -> bytes | None:
     document)."""
     import json
 
-    try:
-        mine = json.loads(ours)
-        theirs = None if current is None else json.loads(bytes(current))
-    except ValueError:
-        return None
-    if not isinstance(mine, dict) or mine.get("node_type") != "group":
-        return None
-    if theirs is not None and (not isinstance(theirs, dict) or theirs.get("node_type") != "group"):
+    mine = node_document(ours, "group")
+    theirs = node_document(current, "group")
+    if mine is None or (current is not None and theirs is None):
         return None
     mine.pop("consolidated_metadata", None)
     if theirs is not None and "consolidated_metadata" in theirs:  # (null: zarr 3.1's none)

@@ -41,6 +41,7 @@ from shardwise.graph.tasks import merge_sessions, retries, tries
 from shardwise.graph.write import finish_graph
 from shardwise.io.icechunk import check_dataset, icechunk_session, merge_into, refuse_commit
 from shardwise.io.reader import ArrayReader
+from shardwise.io.staged import StagedWrite, around_data, staged_write
 from shardwise.io.stores import check_apart, check_replaceable, location
 from shardwise.xarray.encoding import ShardSpec, SizeSpec
 from shardwise.xarray.metadata_step import (
@@ -500,14 +501,18 @@ def to_zarr(
             except ValueError as e:
                 raise WriteError(str(e).rstrip("."), advice="Nothing was written.") from e
 
-            # the real metadata step (numpy data is written here, as xarray does)
-            overlay = None if txn is None else txn.view()
+            # the real metadata step (numpy data is written here, as xarray does), on
+            # a view of the store where an append's commit or a write's new arrays
+            # come after their data (see _staged)
+            grows = txn is not None or append_dim is not None or region is not None
+            staged = _staged(store, storage_options, group, mode, existing, grows, session, compute)
+            overlay = txn.view() if txn is not None else None if staged is None else staged.view()
             zstore = _compat.get_writable_zarr_store(
                 store if overlay is None else overlay,
                 group=group,
                 # (a try reads each array's own document, for its version; the
                 # metadata is consolidated after the commit, see below)
-                consolidated=consolidated if overlay is None else False,
+                consolidated=consolidated if txn is None else False,
                 storage_options=storage_options if overlay is None else None,
                 zarr_format=zarr_format,
                 write_empty_chunks=write_empty_chunks,
@@ -526,7 +531,7 @@ def to_zarr(
                     # itself; an append's is written with its dask data, after the commit)
                     guarded=guarded and session is None,
                     existing=existing,
-                    defer=txn is not None,
+                    defer=overlay is not None,
                     write=functools.partial(
                         _write_now, write_empty_chunks=write_empty_chunks, order=write_order
                     ),
@@ -537,6 +542,8 @@ def to_zarr(
                     zstore.close()
                 raise
             if txn is None:
+                if staged is not None:  # (the data goes to the real store)
+                    capture.items = [(s, staged.bind(t), r, o) for s, t, r, o in capture.items]
                 break
             if txn.found_claims(overlay):
                 continue  # an earlier run of this call claimed rows: the next try writes them
@@ -591,15 +598,19 @@ def to_zarr(
             return finish_graph(writes, merge_sessions)  # the fork sessions as one
         return finish_graph(writes, _finish, zstore, end)
     try:
-        if writes:
-            # (a fork's commit is all or none: nothing claimed until then)
-            claimed = append_dim if fork is None else None
-            with _claimed_rows_reported(capture.items, claimed, group, txn):
-                done = compute_with_progress(
-                    *writes, progress=progress, desc="to_zarr", **(chunkmanager_store_kwargs or {})
-                )
-            if fork is not None:
-                merge_into(session, done)
+        with around_data(staged):
+            if writes:
+                # (a fork's commit is all or none: nothing claimed until then)
+                claimed = append_dim if fork is None else None
+                with _claimed_rows_reported(capture.items, claimed, group, txn):
+                    done = compute_with_progress(
+                        *writes,
+                        progress=progress,
+                        desc="to_zarr",
+                        **(chunkmanager_store_kwargs or {}),
+                    )
+                if fork is not None:
+                    merge_into(session, done)
         if end is not None:
             end()
     finally:
@@ -607,6 +618,28 @@ def to_zarr(
     if commit is not None:
         return session.commit(commit)
     return zstore
+
+
+def _staged(
+    store: Any,
+    storage_options: Any,
+    group: str | None,
+    mode: str,
+    existing: set[str],
+    grows: bool,
+    session: Any,
+    compute: bool,
+) -> StagedWrite | None:
+    """How a write that creates arrays (``mode`` ``"w"``, ``"w-"``, or ``"a"`` that
+    ``grows`` nothing: no ``append_dim`` or ``region``) puts their metadata after their
+    data, so that a failure leaves no array of fill values
+    (:class:`~shardwise.io.staged.StagedWrite`); None for the other writes: appends and
+    region writes, an Icechunk session (its commit is all or nothing), and
+    ``compute=False``, whose metadata is there at once, as xarray's is, for region writes
+    to fill."""
+    if grows or session is not None or not compute or mode not in ("w", "w-", "a"):
+        return None
+    return staged_write(store, storage_options, group, replaces=mode == "w", existing=existing)
 
 
 @contextmanager
