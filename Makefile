@@ -17,7 +17,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venvs test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
+.PHONY: demo test soak venvs test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "shardwise needs Python >= 3.12, found " + sys.version.split()[0] + " at " + sys.executable)'
@@ -57,6 +57,11 @@ FAST_MINUTES ?= 20
 BOUNDED = timeout --signal=INT --kill-after=60
 # the suite runs on every core, up to 4 processes (pytest-xdist); PARALLEL= runs it in one
 PARALLEL ?= --numprocesses=auto --maxprocesses=4
+
+# the concurrency, cluster and object-store tests, 20 times under load (docs/contributing.md)
+SOAK_ARGS ?= --repeat 20 --load 2
+soak: $(STAMP)
+	$(BIN)/python .ci/soak.py $(SOAK_ARGS)
 
 # the whole suite on the newest versions, with the notebooks and the built site in Chromium
 test-main: lint docs chromium

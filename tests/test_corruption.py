@@ -700,13 +700,16 @@ ASKED: list[str] = []
 @pytest.mark.parametrize("reader", ["reader", "engine"])
 def test_io_errors_pass_through_without_a_search_for_bad_metadata(reader) -> None:
     """Only parse errors send shardwise looking through the documents for a culprit: an
-    I/O error arrives unchanged, and no document is asked for twice."""
+    I/O error arrives as a StoreIOError naming where (the store's error its cause), and
+    no document is asked for twice."""
     ASKED.clear()
-    with pytest.raises(ConnectionError, match="endpoint unreachable"):
+    with pytest.raises(shardwise.StoreIOError, match="endpoint unreachable") as info:
         if reader == "reader":
             ArrayReader.open(_Unreachable(), "v")
         else:
             xr.open_dataset(_Unreachable(), engine="shardwise", consolidated=False)
+    assert isinstance(info.value.__cause__, ConnectionError)
+    assert info.value.key == ("v/zarr.json" if reader == "reader" else "zarr.json")
     assert ASKED and len(ASKED) == len(set(ASKED)), ASKED
 
 

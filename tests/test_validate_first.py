@@ -4,6 +4,8 @@ it was (absent when it was absent), and the refusal says so."""
 
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 import zarr
@@ -186,3 +188,47 @@ def test_store_errors_of_reads_and_writes_name_the_array_and_key(tmp_path, whole
             da.ones(8, chunks=4, dtype="f4"), path, path="v", mode="r+", region=(slice(0, 8),)
         )
     assert info.value.key == "v/c/1" and isinstance(info.value.__cause__, OSError)
+
+
+class _Busy(zarr.storage.WrapperStore):
+    """A store whose metadata reads fail as s3fs reports a 503 SlowDown that outlasted
+    its retries: a plain ``OSError`` (EBUSY)."""
+
+    async def get(self, key, prototype, byte_range=None):
+        if key.endswith("zarr.json"):
+            raise OSError(errno.EBUSY, "Service Unavailable")
+        return await self._store.get(key, prototype, byte_range)
+
+
+@pytest.mark.parametrize("what", ["dataset", "dask-array", "open"])
+def test_a_plain_store_oserror_while_a_write_is_planned_names_where(tmp_path, what):
+    """s3fs's OSError for a 503 from zarr-python's or xarray's own requests, while a
+    region write is opened and planned, or a dataset opened with the engine: a
+    StoreIOError naming the group or array, the store's error its cause."""
+    import dask.array as da
+    import xarray as xr
+
+    path = tmp_path / "s.zarr"
+    zarr.create_array(
+        path, name="v", shape=(8,), chunks=(2,), shards=(4,), dtype="f4", dimension_names=["x"]
+    )[:] = 1
+    store = _Busy(zarr.storage.LocalStore(path))
+    with pytest.raises(shardwise.StoreIOError) as info:
+        if what == "open":
+            xr.open_dataset(store, engine="shardwise", consolidated=False)
+        elif what == "dataset":
+            ds = xr.Dataset({"v": ("x", da.zeros(8, chunks=4, dtype="f4"))})
+            shardwise.to_zarr(
+                ds, store, mode="r+", region={"x": slice(0, 8)}, independent_writers=False
+            )
+        else:
+            shardwise.to_zarr(
+                da.zeros(8, chunks=4, dtype="f4"),
+                store,
+                path="v",
+                region=(slice(0, 8),),
+                independent_writers=False,
+            )
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EBUSY
+    assert info.value.key is not None and info.value.key.endswith("zarr.json")
+    assert (zarr.open_array(path, path="v")[:] == 1).all()

@@ -305,6 +305,19 @@ CLIENT_PACKAGES = frozenset(
 )
 
 
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` says a store request failed (rather than answering it): an
+    object-store client library's own error (:func:`is_client_error`), a plain
+    ``OSError`` (s3fs's for an HTTP error that outlasted its retries, a full disk), a
+    reset connection or a timeout. Not the ``OSError`` subclasses that answer
+    (``FileNotFoundError``, ``FileExistsError``, ``PermissionError``...), nor
+    shardwise's own errors."""
+    if isinstance(error, ShardwiseError):
+        return False
+    plain = type(error) is OSError or isinstance(error, ConnectionError | TimeoutError)
+    return plain or is_client_error(error)
+
+
 def is_client_error(error: BaseException) -> bool:
     """Whether ``error`` was raised by an object-store client library rather than by
     shardwise, zarr-python or numpy: its class (or a base class) comes from one of

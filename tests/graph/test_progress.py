@@ -17,6 +17,8 @@ import zarr
 
 import shardwise
 
+from clusters import CLUSTER_OPTIONS
+
 LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 
 
@@ -64,8 +66,10 @@ def test_reshard_and_migrate(tmp_path, capsys):
 def test_a_distributed_client_reports_progress(tmp_path, capsys):
     distributed = pytest.importorskip("distributed")
     with (
+        # (the shared options: no server on port 8787, which another cluster on the
+        # machine may hold, leaking a socket here)
         distributed.LocalCluster(
-            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+            **{**CLUSTER_OPTIONS, "n_workers": 1}, threads_per_worker=1
         ) as cluster,
         distributed.Client(cluster),
     ):

@@ -36,6 +36,8 @@ from shardwise.errors import (
     ShardwiseError,
     TooLargeError,
     UnsupportedCodecError,
+    is_store_failure,
+    naming_metadata_errors,
 )
 from shardwise.format.grid import (
     INT64_MAX,
@@ -162,6 +164,15 @@ class ArrayReader:
             if err is e:
                 raise
             raise err from e
+        except Exception as e:
+            if not is_store_failure(e):
+                raise
+            # the store failed (a dead endpoint, s3fs's OSError for a 503, obstore's
+            # GenericError): named, with no search for a culprit document
+            with naming_metadata_errors(
+                "opening the array", metadata_key(path or ""), "Open it again (the store failed)."
+            ):
+                raise e from None
         return cls(arr.store_path.store, info, options)
 
     @classmethod

@@ -352,11 +352,11 @@ def _zarr_or_draft(
         draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
         if draft is not None:
             return None, draft
-        from shardwise.errors import ShardwiseError, is_client_error, naming_metadata_errors
+        from shardwise.errors import is_store_failure, naming_metadata_errors
 
-        if isinstance(e, ShardwiseError) or not is_client_error(e):
+        if not is_store_failure(e):
             raise
-        # an object-store client's own error (obstore's GenericError...): named
+        # a store's failure (obstore's GenericError, s3fs's OSError for a 503...): named
         where = f"{open_group.strip('/')}/" if open_group and open_group.strip("/") else ""
         with naming_metadata_errors(
             "opening the dataset", f"{where}zarr.json", "Open it again (the store failed)."

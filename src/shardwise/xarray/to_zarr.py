@@ -35,6 +35,7 @@ from shardwise.errors import (
     WriteError,
     incomplete_append,
     is_client_error,
+    is_store_failure,
 )
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions, retries, tries
@@ -184,9 +185,13 @@ def _as_dataset(obj: Any) -> Any:
 
 def _naming_client_errors(write: Any) -> Any:
     """``to_zarr`` with an object-store client's own error (obstore's ``GenericError``,
-    botocore's...) from a request shardwise does not make itself (zarr-python's and
-    xarray's, while they open and plan) raised as a :class:`StoreIOError` naming the
-    array or group and its metadata document, the client's error as the cause."""
+    botocore's...) or a store's plain ``OSError`` (s3fs's for a 503 that outlasted its
+    retries, a full disk), a reset connection or a timeout, from a request shardwise
+    does not make itself (zarr-python's and xarray's, while they open and plan) raised
+    as a :class:`StoreIOError` naming the array or group and its metadata document, the
+    store's error as the cause. The ``OSError`` subclasses that answer a question
+    (``FileNotFoundError``, ``FileExistsError``, ``PermissionError``...) go through as
+    they are."""
 
     @functools.wraps(write)
     def call(*args: Any, **kw: Any) -> Any:
@@ -195,7 +200,7 @@ def _naming_client_errors(write: Any) -> Any:
         except ShardwiseError:
             raise
         except Exception as e:
-            if not is_client_error(e):
+            if not is_store_failure(e):
                 raise
             group = args[3] if len(args) > 3 else kw.get("group")
             array = is_array(args[0] if args else kw.get("obj"))
