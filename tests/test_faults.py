@@ -279,17 +279,22 @@ def test_worker_killed_mid_write(own_client, tmp_path):
     assert not stored_shards(path)  # compute=False wrote the metadata only
 
     with distributed.get_task_stream(client) as stream:
+        started = time.time()
         future = client.compute(delayed)
         victim: list[str] = []
 
         def some_shards_written_and_a_worker_busy() -> bool:
             if len(stored_shards(path)) < 2:
                 return False
-            busy = [w for w, keys in client.processing().items() if keys]
+            # a worker that has done some of the job (in the task stream so far) and has
+            # more to do: on a loaded machine a busy worker may not have finished its
+            # first task yet
+            worked = {t["worker"] for t in client.get_task_stream(start=started)}
+            busy = [w for w, keys in client.processing().items() if keys and w in worked]
             victim[:] = busy[:1]
             return bool(busy)
 
-        wait_for(some_shards_written_and_a_worker_busy, "two shards and a busy worker")
+        wait_for(some_shards_written_and_a_worker_busy, "two shards and a worker that did some")
         at_kill = stored_shards(path)
         assert future.status == "pending"  # the job is not finished ...
         assert len(at_kill) < NSHARDS  # ... and has shards left to write
