@@ -37,3 +37,22 @@ WEATHER_ENCODING = {
     },
     "precip": {"chunks": (8, 15, 5), "shards": (16, 30, 10)},
 }
+
+
+ROWS = 50
+"""The rows an append adds in the append and fault tests."""
+
+
+def block(start: int, rows: int = ROWS) -> np.ndarray:
+    """Rows that say where they belong: row r holds r in every column (4 columns)."""
+    return np.repeat(np.arange(start, start + rows, dtype="f8")[:, None], 4, axis=1)
+
+
+def rows_dataset(start: int, rows: int) -> xr.Dataset:
+    """Rows ``start`` to ``start + rows`` of two variables along ``y`` (``temp``:
+    :func:`block`, ``salt``: the same plus 0.5), in dask chunks of :data:`ROWS`."""
+    values = block(start, rows)
+    return xr.Dataset(
+        {"temp": (("y", "x"), values), "salt": (("y", "x"), values + 0.5)},
+        coords={"y": np.arange(start, start + rows)},
+    ).chunk({"y": ROWS})

@@ -15,12 +15,7 @@ import shardwise
 from shardwise.array.claims import CLAIMS
 from shardwise.io import conditional
 
-ROWS = 50
-
-
-def block(start: int, rows: int = ROWS) -> np.ndarray:
-    """Rows that say where they belong: row r holds r in every column."""
-    return np.repeat(np.arange(start, start + rows, dtype="f8")[:, None], 4, axis=1)
+from datasets import ROWS, block, rows_dataset
 
 
 @pytest.fixture
@@ -72,16 +67,9 @@ def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_p
 def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts):
     path = tmp_path / "d.zarr"
 
-    def dataset(start: int, rows: int) -> xr.Dataset:
-        values = block(start, rows)
-        return xr.Dataset(
-            {"temp": (("y", "x"), values), "salt": (("y", "x"), values + 0.5)},
-            coords={"y": np.arange(start, start + rows)},
-        ).chunk({"y": ROWS})
-
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
-    shardwise.to_zarr(dataset(0, 150), path, consolidated=False, encoding=encoding)
-    more = dataset(150, ROWS)
+    shardwise.to_zarr(rows_dataset(0, 150), path, consolidated=False, encoding=encoding)
+    more = rows_dataset(150, ROWS)
     with pytest.raises(shardwise.IncompleteAppendError) as info:
         shardwise.to_zarr(more, path, append_dim="y", consolidated=False)
     err = info.value
@@ -96,7 +84,7 @@ def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts
     shardwise.to_zarr(more, path, region={"y": slice(150, 200)}, mode="r+", consolidated=False)
     zarr.open_array(path, path="y", mode="r+")[150:200] = more["y"].values
     back = xr.open_dataset(path, engine="zarr", consolidated=False)
-    xr.testing.assert_equal(back.load(), dataset(0, 200).load())
+    xr.testing.assert_equal(back.load(), rows_dataset(0, 200).load())
 
 
 def test_an_append_that_succeeds_leaves_no_claim(tmp_path):

@@ -22,10 +22,11 @@ import zarr
 import shardwise
 from faultproxy import FaultProxy
 
+from datasets import ROWS, block, rows_dataset
+
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 
-ROWS = 50
 # the conditional puts each append below makes: its claim (the metadata documents it
 # grows), the merges of the shards it shares with what is stored, the claims' release
 DASK_ARRAY_PUTS = 3
@@ -46,11 +47,6 @@ def proxy(s3_serialized):
 
 def options(proxy: FaultProxy, server) -> dict:
     return server.storage_options(endpoint_url=proxy.endpoint)
-
-
-def block(start: int, rows: int = ROWS) -> np.ndarray:
-    """Rows that say where they belong: row r holds r in every column."""
-    return np.repeat(np.arange(start, start + rows, dtype="f8")[:, None], 4, axis=1)
 
 
 def conditional_puts(proxy: FaultProxy) -> int:
@@ -111,23 +107,13 @@ def test_a_dataset_append_whose_nth_conditional_put_is_lost(
     url = f"s3://{serialized_bucket}/d.zarr"
     so = options(proxy, s3_serialized)
 
-    def dataset(start: int, rows: int) -> xr.Dataset:
-        values = block(start, rows)
-        return xr.Dataset(
-            {
-                "temp": (("y", "x"), values),
-                "salt": (("y", "x"), values + 0.5),
-            },
-            coords={"y": np.arange(start, start + rows)},
-        ).chunk({"y": ROWS})
-
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
     shardwise.to_zarr(
-        dataset(0, 150), url, storage_options=so, consolidated=consolidated, encoding=encoding
+        rows_dataset(0, 150), url, storage_options=so, consolidated=consolidated, encoding=encoding
     )
     proxy.lose_nth(n, FaultProxy.conditional_put)
     shardwise.to_zarr(
-        dataset(150, ROWS), url, append_dim="y", storage_options=so, consolidated=consolidated
+        rows_dataset(150, ROWS), url, append_dim="y", storage_options=so, consolidated=consolidated
     )
     assert proxy.injected.total() == (n <= DATASET_PUTS[consolidated])
     back = xr.open_dataset(
@@ -137,7 +123,7 @@ def test_a_dataset_append_whose_nth_conditional_put_is_lost(
         storage_options=s3_serialized.storage_options(),
     )
     assert dict(back.sizes) == {"y": 200, "x": 4}, f"lost put #{n}: {dict(back.sizes)}"
-    xr.testing.assert_equal(back.load(), dataset(0, 200).load())
+    xr.testing.assert_equal(back.load(), rows_dataset(0, 200).load())
 
 
 @pytest.mark.parametrize("n", puts(REGION_PUTS))
@@ -328,19 +314,12 @@ def test_another_dataset_append_between_a_lost_response_and_its_retry(
     so = options(proxy, s3_serialized)
     direct = s3_serialized.storage_options()
 
-    def dataset(start: int, rows: int) -> xr.Dataset:
-        values = block(start, rows)
-        return xr.Dataset(
-            {"temp": (("y", "x"), values), "salt": (("y", "x"), values + 0.5)},
-            coords={"y": np.arange(start, start + rows)},
-        ).chunk({"y": ROWS})
-
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
-    shardwise.to_zarr(dataset(0, 150), url, storage_options=direct, encoding=encoding)
+    shardwise.to_zarr(rows_dataset(0, 150), url, storage_options=direct, encoding=encoding)
     other = []
 
     def another_job_appends() -> None:
-        shardwise.to_zarr(dataset(200, ROWS), url, append_dim="y", storage_options=direct)
+        shardwise.to_zarr(rows_dataset(200, ROWS), url, append_dim="y", storage_options=direct)
         other.append(True)
 
     def last_of_the_commit(request) -> bool:  # (its documents are put in key order)
@@ -348,8 +327,8 @@ def test_another_dataset_append_between_a_lost_response_and_its_retry(
         return FaultProxy.conditional_put(request) and path.endswith("/y/zarr.json")
 
     proxy.lose_nth(1, last_of_the_commit, then=another_job_appends)
-    shardwise.to_zarr(dataset(150, ROWS), url, append_dim="y", storage_options=so)
+    shardwise.to_zarr(rows_dataset(150, ROWS), url, append_dim="y", storage_options=so)
     assert proxy.injected.total() == 1 and other == [True]
     back = xr.open_dataset(url, engine="zarr", storage_options=direct)
     assert dict(back.sizes) == {"y": 250, "x": 4}
-    xr.testing.assert_equal(back.load(), dataset(0, 250).load())
+    xr.testing.assert_equal(back.load(), rows_dataset(0, 250).load())
