@@ -41,8 +41,8 @@ demo: $(RUNTIME)
 	$(BIN)/python -m shardwise.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks .ci
+	$(BIN)/ruff format --check src tests benchmarks .ci
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

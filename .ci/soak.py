@@ -61,6 +61,19 @@ def _summary(output: str) -> dict[str, int]:
     return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", lines[-1])}
 
 
+def _write(out: Path | None, command: list[str], load: int, runs: list[dict[str, object]]) -> None:
+    if out is None:
+        return
+    record = {
+        "command": command,
+        "load": load,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "runs": runs,
+    }
+    out.write_text(json.dumps(record, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
@@ -105,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 output, status = done.stdout + done.stderr, done.returncode
             except subprocess.TimeoutExpired as e:
-                output, status = f"{e.stdout or ''}{e.stderr or ''}", -1
+                parts = (e.stdout, e.stderr)
+                output = "".join(p.decode() if isinstance(p, bytes) else p or "" for p in parts)
+                status = -1
             seconds = time.monotonic() - started
             failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)))
             run = {
@@ -119,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             if status != 0:
                 run["tail"] = output[-4000:]
             runs.append(run)
+            _write(args.out, command, args.load, runs)  # (after every run: a partial record)
             print(
                 f"run {i}/{args.repeat}: exit {status} in {seconds:.0f} s {run['counts']}"
                 + (f" failed: {failed}" if failed else ""),
@@ -132,19 +148,6 @@ def main(argv: list[str] | None = None) -> int:
             if p.is_alive():
                 p.kill()
     ok = all(r["status"] == 0 for r in runs)
-    if args.out is not None:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "command": command,
-                    "load": args.load,
-                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                    "python": platform.python_version(),
-                    "runs": runs,
-                },
-                indent=1,
-            )
-        )
     print(f"{sum(r['status'] == 0 for r in runs)} of {len(runs)} runs passed", flush=True)
     return 0 if ok else 1
 
