@@ -25,6 +25,7 @@ leave old and new shards mixed), and arrays that existed are written in place.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 import shardwise._compat as _compat
 from shardwise.errors import naming_io_errors
 from shardwise.format.metadata import node_document
+from shardwise.io.open import store_path
 from shardwise.io.overlay import OverlayStore
 
 __all__ = ["StagedWrite", "around_data", "metadata_order", "staged_write"]
@@ -72,7 +74,6 @@ class StagedWrite:
         self.overlay = OverlayStore(base.store)
         self.replaces = replaces
         self.existing = set(existing)
-        self._put: list[str] = []  # objects put so far, for undo
 
     def view(self) -> Any:
         """The ``StorePath`` the metadata step runs on."""
@@ -93,6 +94,12 @@ class StagedWrite:
     def _metadata(self) -> dict[str, bytes]:
         return {k: v.to_bytes() for k, v in self.overlay.written.items() if _leaf(k) in _LEAF_ORDER}
 
+    @functools.cached_property
+    def _nodes(self) -> list[str]:
+        """The folders of the nodes the metadata step wrote (once it has run), deepest
+        first: where an error names the node of a key."""
+        return sorted({k.rpartition("/")[0] for k in self._metadata()}, key=len, reverse=True)
+
     def before_data(self) -> None:
         """What the metadata step deleted, then what it wrote that is no metadata."""
         store = self.base.store
@@ -104,7 +111,6 @@ class StagedWrite:
         chunks = [(k, v) for k, v in self.overlay.written.items() if _leaf(k) not in _LEAF_ORDER]
         for start in range(0, len(chunks), _PUTS_AT_ONCE):
             batch = chunks[start : start + _PUTS_AT_ONCE]
-            self._put.extend(k for k, _ in batch)
 
             async def put_all(batch: list[tuple[str, Any]] = batch) -> None:
                 await asyncio.gather(*(store.set(k, v) for k, v in batch))
@@ -117,7 +123,6 @@ class StagedWrite:
         store = self.base.store
         written = self.overlay.written
         for key in metadata_order(self._metadata()):
-            self._put.append(key)
             self._naming(key, lambda k=key: store.set(k, written[k]))
         self.overlay.settle()
 
@@ -146,8 +151,7 @@ class StagedWrite:
 
     def _naming(self, key: str, call: Any) -> None:
         """``call()`` run, a store's error naming ``key`` and the node it is in."""
-        folders = [k.rpartition("/")[0] for k in self._metadata()]
-        node = max((f for f in folders if key.startswith(f"{f}/") or not f), key=len, default="")
+        node = next((f for f in self._nodes if not f or key.startswith(f"{f}/")), "")
         with naming_io_errors(
             "writing a dataset",
             array=node or "/",
@@ -169,8 +173,6 @@ def staged_write(
     """The :class:`StagedWrite` of a write into ``folder`` (a group's or an array's path
     below ``store``'s own), which it ``replaces`` (``mode="w"``) or adds to, where the
     arrays named ``existing`` (below ``folder``) are."""
-    from shardwise.io.open import store_path
-
     base = store_path(store, storage_options, mode="a")
     where = "/".join(p for p in (base.path.strip("/"), (folder or "").strip("/")) if p)
     arrays = {f"{where}/{name}" if where else name for name in existing}
