@@ -31,12 +31,13 @@ from shardwise.errors import (
     ArgumentError,
     ConflictError,
     ShardwiseError,
-    StoreIOError,
     WriteError,
     incomplete_append,
     is_client_error,
     is_store_failure,
+    naming_metadata_errors,
 )
+from shardwise.format.metadata import metadata_key
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions, retries, tries
 from shardwise.graph.write import finish_graph
@@ -197,23 +198,19 @@ def _naming_client_errors(write: Any) -> Any:
     def call(*args: Any, **kw: Any) -> Any:
         try:
             return write(*args, **kw)
-        except ShardwiseError:
-            raise
         except Exception as e:
-            if not is_store_failure(e):
+            if not is_store_failure(e):  # (shardwise's own errors name where already)
                 raise
             group = args[3] if len(args) > 3 else kw.get("group")
             array = is_array(args[0] if args else kw.get("obj"))
             where = (kw.get("path") or kw.get("component") if array else group) or ""
-            where = where.strip("/")
-            raise StoreIOError(
-                "writing failed: a store request raised an error",
-                found=f"{type(e).__name__}: {e}",
-                array=where or "/",
-                key=f"{where}/zarr.json" if where else "zarr.json",
-                advice="The store failed while the write was opened or planned, before "
-                "its data was written. Run it again.",
-            ) from e
+            with naming_metadata_errors(
+                "writing",
+                metadata_key(where),
+                "The store failed while the write was opened or planned, before its data "
+                "was written. Run it again.",
+            ):
+                raise e from None
 
     return call
 
