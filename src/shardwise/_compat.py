@@ -373,6 +373,28 @@ def array_with_metadata(target: Any, metadata: Any, store_path: Any = None) -> A
     return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=where, config=config))
 
 
+def zarr_store_on(zstore: Any, store: Any) -> Any:
+    """xarray's ``ZarrStore`` ``zstore`` with its group and the members it cached bound to
+    ``store`` (a zarr ``Store``) at the same paths, with the metadata they hold, reading
+    nothing: what a write whose metadata step ran on a staging view of ``store`` returns.
+    xarray 2025.11-2026.9 (``ZarrStore``'s ``zarr_group`` and ``_members`` slots) and
+    zarr 3.1-3.4 (``AsyncGroup``'s constructor). Public: ``ZarrStore.open_group(store)``,
+    which reads the group's document and lists its members again."""
+    import zarr
+    from zarr.core.group import AsyncGroup
+    from zarr.storage import StorePath
+
+    def on(node: Any) -> Any:
+        where = StorePath(store, node.path)
+        if isinstance(node, zarr.Array):
+            return array_with_metadata(node, node.metadata, where)
+        return zarr.Group(AsyncGroup(metadata=node.metadata, store_path=where))
+
+    zstore.zarr_group = on(zstore.zarr_group)
+    zstore._members = {name: on(node) for name, node in zstore._members.items()}
+    return zstore
+
+
 # object stores: conditional reads and puts (shardwise.io.conditional)
 
 

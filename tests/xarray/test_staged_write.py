@@ -120,6 +120,20 @@ def test_the_metadata_is_put_after_the_data(tmp_path, consolidated):
     xr.testing.assert_identical(xr.open_zarr(store, consolidated=consolidated).load(), ds.load())
 
 
+def test_the_store_returned_is_the_real_store(tmp_path):
+    """What ``to_zarr`` returns is xarray's store over the store written to (not the
+    staging view its metadata step ran on), its arrays holding the data written."""
+    ds = table()
+    store = LocalStore(tmp_path / "s.zarr")
+    zstore = shardwise.to_zarr(ds, store, consolidated=False, **KW)
+    assert zstore.zarr_group.store is store
+    arrays = dict(zstore.zarr_group.arrays())
+    assert all(a.store is store for a in arrays.values())
+    np.testing.assert_array_equal(arrays["v"][:], ds.v.values)
+    back = xr.open_zarr(zstore.zarr_group.store, consolidated=False)
+    xr.testing.assert_identical(back.load(), ds.load())
+
+
 def test_metadata_order():
     keys = [
         "zarr.json",

@@ -221,6 +221,35 @@ def test_in_memory_store_by_default():
     xr.testing.assert_identical(back, ds.load())
 
 
+class _NoReadOnlyCopy(zarr.storage.WrapperStore):
+    """A writable store that cannot make a read-only copy of itself, as zarr 3.1's
+    ``WrapperStore`` and ``LoggingStore`` and stores of other packages."""
+
+    def with_read_only(self, read_only=False):
+        raise NotImplementedError("no read-only copy")
+
+
+def test_a_store_with_no_read_only_copy_is_written_and_read(tmp_path):
+    """zarr-python refuses such a store in mode "r"; shardwise reads through it as it
+    is, so that its region writes, dask-array writes and the engine work on it."""
+    import dask.array as da
+
+    ds = table(nt=200, nx=4, chunks=50)
+    store = _NoReadOnlyCopy(LocalStore(tmp_path / "s.zarr"))
+    shardwise.to_zarr(ds, store, shards={"time": 100}, consolidated=False)
+    twice = ds.isel(time=slice(100, 200)).drop_vars(["x"]) * 2
+    shardwise.to_zarr(twice, store, region={"time": slice(100, 200)}, consolidated=False)
+    back = xr.open_dataset(store, engine="shardwise", consolidated=False).load()
+    np.testing.assert_array_equal(back.v[:100], ds.v[:100])
+    np.testing.assert_array_equal(back.v[100:], ds.v[100:] * 2)
+
+    other = _NoReadOnlyCopy(LocalStore(tmp_path / "a.zarr"))
+    block = da.ones((200, 4), chunks=(100, 4), dtype="f4")
+    shardwise.to_zarr(block, other, mode="w", shards=(100, 4))
+    shardwise.to_zarr(block * 3, other, mode="r+", region=(slice(0, 200), slice(0, 4)))
+    np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "a.zarr"))[:], 3)
+
+
 def test_auto_shapes():
     # shards from whole dask blocks toward the target, inner chunks dividing both
     assert auto_shards((1000, 720, 1440), 4, ((30,) * 33 + (10,), (720,), (1440,)), 2**27) == (

@@ -480,7 +480,7 @@ def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str)
     node = None
     if base is not None:
         try:
-            node = zarr.open(base.store, path=f"{base.path}/{path}".strip("/"), mode="r")
+            node = zarr.open(base / path.strip("/"), mode="r")  # (as store_path opened it)
         except (FileNotFoundError, KeyError):
             node = None
     if node is not None and not isinstance(node, zarr.Array):

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from zarr.abc.store import Store
+
 import shardwise._compat as _compat
 from shardwise.format.metadata import metadata_key
 from shardwise.io.icechunk import session_store
@@ -73,11 +75,27 @@ def store_path(
     URL, ``Store``, ``StorePath`` or ``icechunk.Session`` (its store), opened as
     ``zarr.open`` would with ``mode`` (``"r"``: read-only; ``"r+"``, ``"a"``, ``"w"``,
     ``"w-"``: writable). ``FileNotFoundError`` when a local path does not exist and
-    ``mode`` is ``"r"``."""
-    found = _compat.make_store_path(
-        session_store(store), mode=mode, storage_options=storage_options
-    )
+    ``mode`` is ``"r"``. A writable ``Store`` with no read-only copy (``with_read_only``:
+    zarr 3.1's ``WrapperStore`` and ``LoggingStore``, stores of other packages) is read
+    through as it is, where ``make_store_path`` would refuse it in mode ``"r"``."""
+    target = session_store(store)
+    opened: Literal["r", "r+", "a", "w", "w-"] | None = mode
+    if mode == "r" and without_read_only_copy(target):
+        opened = None  # (make_store_path's "as it is")
+    found = _compat.make_store_path(target, mode=opened, storage_options=storage_options)
     return _compat.sync(found)
+
+
+def without_read_only_copy(store: Any) -> bool:
+    """Whether ``store`` is a writable zarr-python ``Store`` that cannot make a read-only
+    copy of itself."""
+    if not isinstance(store, Store) or store.read_only:
+        return False
+    try:
+        store.with_read_only(True)
+    except NotImplementedError:
+        return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

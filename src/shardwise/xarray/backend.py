@@ -262,10 +262,13 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.format.metadata import metadata_key
+    from shardwise.io.open import store_path, without_read_only_copy
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)
     kwargs.setdefault("mode", "r")
+    if kwargs["mode"] == "r" and without_read_only_copy(where):
+        where = store_path(where)  # (read as it is: zarr-python would refuse it in mode "r")
     try:
         return opener(where, group=group, consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:

@@ -617,6 +617,8 @@ def to_zarr(
             end()
     finally:
         zstore.close()
+    if staged is not None:  # (xarray's store over the real store, not the staging view)
+        zstore = _compat.zarr_store_on(zstore, staged.base.store)
     if commit is not None:
         return session.commit(commit)
     return zstore
