@@ -41,16 +41,16 @@ demo: $(RUNTIME)
 	$(BIN)/python -m shardwise.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks .ci
-	$(BIN)/ruff format --check src tests benchmarks .ci
-	$(BIN)/mypy
-	$(BIN)/lint-imports --no-cache
+	$(TIMED) ruff $(BIN)/ruff check src tests benchmarks .ci
+	$(TIMED) ruff-format $(BIN)/ruff format --check src tests benchmarks .ci
+	$(TIMED) mypy $(BIN)/mypy
+	$(TIMED) lint-imports $(BIN)/lint-imports --no-cache
 
 test: venvs test-main test-3.13 test-lowest
 
 # the three environments at once (their installs mostly wait on disk and network)
 venvs:
-	$(MAKE) --no-print-directory -j3 $(STAMP) $(LOWEST)/.installed $(if $(PYTHON313),$(PY313)/.installed)
+	$(TIMED) venvs $(MAKE) --no-print-directory -j3 $(STAMP) $(LOWEST)/.installed $(if $(PYTHON313),$(PY313)/.installed)
 
 # Every pytest run is bounded in wall-clock time (minutes): at the bound it is interrupted
 # (SIGINT: pytest prints what ran and where it stood), then killed a minute later. Each
@@ -60,6 +60,8 @@ venvs:
 MAIN_MINUTES ?= 45
 FAST_MINUTES ?= 20
 BOUNDED = timeout --signal=INT --kill-after=60
+# each step of make test records how long it took in .ci/times.log (.ci/run prints it)
+TIMED = .ci/timed
 # the suite runs on every core, up to 4 processes (pytest-xdist); PARALLEL= runs it in one
 PARALLEL ?= --numprocesses=auto --maxprocesses=4
 
@@ -68,22 +70,26 @@ SOAK_ARGS ?= --repeat 20 --load 2
 soak: $(STAMP)
 	$(BIN)/python .ci/soak.py $(SOAK_ARGS)
 
-# the whole suite on the newest versions, with the notebooks and the built site in Chromium
-test-main: lint docs chromium
-	$(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
+# the whole suite on the newest versions and the built site in Chromium; first, side by
+# side (each mostly one core), lint, Chromium's install and the docs build, which runs the
+# notebooks (a cell that raises fails it)
+test-main: $(STAMP)
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint docs chromium
+	$(TIMED) test-main $(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
-# The promises pyproject makes, tested: the fast part of the suite (no slow cases, no
-# notebooks, no packaging, site or command-line checks, not dask's and xarray's own
-# suites, which are the newest releases' tests) on Python 3.13 with the newest releases,
-# and on the lowest versions of the dependencies it declares (.ci/lowest.py pins them).
-FAST := tests -m "not slow" -o addopts="-ra --strict-markers" -p no:cacheprovider \
+# The promises pyproject makes, tested: the fast part of the suite (no slow cases, a cover
+# of each test matrix rather than all of it (tests/matrix.py), no notebooks, no packaging,
+# site or command-line checks, not dask's and xarray's own suites, which are the newest
+# releases' tests) on Python 3.13 with the newest releases, and on the lowest versions of
+# the dependencies it declares (.ci/lowest.py pins them).
+FAST := tests -m "not slow and not exhaustive" -o addopts="-ra --strict-markers" -p no:cacheprovider \
 	--ignore=tests/test_packaging.py --ignore=tests/test_site.py --ignore=tests/cli \
 	--ignore=tests/array/test_dask_suite.py --ignore=tests/xarray/test_xarray_suite.py
 LOWEST := .venv-lowest
 PY313 := .venv-3.13
 
 test-lowest: $(LOWEST)/.installed
-	$(BOUNDED) $(FAST_MINUTES)m $(LOWEST)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS)
+	$(TIMED) test-lowest $(BOUNDED) $(FAST_MINUTES)m $(LOWEST)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS)
 
 # two steps: the declared dependencies at their floors first, then the test tools held to
 # what that installed (one step sends pip's resolver backtracking through moto's history)
@@ -104,7 +110,7 @@ test-3.13:
 		if [ -n "$$CI" ]; then echo "no Python 3.13 found (PYTHON313=...)"; exit 1; fi; \
 		echo "no Python 3.13 found: the Python 3.13 run is skipped (set PYTHON313=...)"; \
 	else $(MAKE) --no-print-directory $(PY313)/.installed && \
-		$(BOUNDED) $(FAST_MINUTES)m $(PY313)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS); fi
+		$(TIMED) test-3.13 $(BOUNDED) $(FAST_MINUTES)m $(PY313)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS); fi
 
 $(PY313)/.installed: pyproject.toml
 	rm -rf $(PY313)
@@ -116,7 +122,9 @@ $(PY313)/.installed: pyproject.toml
 # Debian's Chromium for the site check (tests/test_site.py), installed when missing and
 # this is root on a Debian machine; elsewhere the check is skipped (but under CI=true)
 chromium:
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	@$(TIMED) chromium sh -c '$(INSTALL_CHROMIUM)'
+
+INSTALL_CHROMIUM = command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
 		  { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } || \
 		echo "no Chromium: the site check is skipped"
@@ -124,7 +132,7 @@ chromium:
 # the documentation site (MkDocs + Material + mkdocstrings + mkdocs-jupyter) into site/,
 # warnings as errors; the notebooks are executed as part of the build
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(TIMED) docs $(BIN)/mkdocs build --strict --site-dir site
 
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve

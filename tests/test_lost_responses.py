@@ -21,6 +21,7 @@ import zarr
 
 import shardwise
 from faultproxy import FaultProxy
+from matrix import cover, ends
 
 from datasets import ROWS, block, rows_dataset
 
@@ -98,7 +99,12 @@ def test_an_obstore_append_whose_nth_conditional_put_is_lost(
 
 
 @pytest.mark.parametrize(
-    ("consolidated", "n"), [(c, n) for c, count in DATASET_PUTS.items() for n in puts(count)]
+    ("consolidated", "n"),
+    # (the fast runs: the first put, one in the middle, the last and one past them)
+    ends(
+        [(c, n) for c, count in DATASET_PUTS.items() for n in puts(count)],
+        [(c, n) for c, count in DATASET_PUTS.items() for n in (1, count // 2, count, count + 1)],
+    ),
 )
 @pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part:UserWarning")
 def test_a_dataset_append_whose_nth_conditional_put_is_lost(
@@ -170,8 +176,10 @@ def every_other(when):
     return pick
 
 
-@pytest.mark.parametrize("fault", ["slowdown503", "error500", "reset", "short"])
-@pytest.mark.parametrize("client_retries", ["botocore", "none"])
+@pytest.mark.parametrize(
+    ("client_retries", "fault"),
+    cover(["botocore", "none"], ["slowdown503", "error500", "reset", "short"]),
+)
 def test_transient_faults_are_retried(
     s3_serialized, serialized_bucket, proxy, fault, client_retries
 ):

@@ -19,6 +19,7 @@ from test_cli import LEGACY, run
 
 import shardwise
 from bounded import run_threads
+from matrix import cover
 from shardwise.errors import OverlapError, ShardwiseError
 from shardwise.io.stores import Location, check_apart, location
 
@@ -124,11 +125,23 @@ def test_memory_stores_are_apart_unless_shared():
 
 # -- reshard and migrate, command line -------------------------------------------------------
 @pytest.mark.parametrize(
-    "dst",
-    ["{src}", "./src.zarr/", "{src}/v", "{src}/inner.zarr", "link", "{parent}", "."],
-    ids=["same", "dot-slash", "array", "inside", "symlink", "parent", "cwd"],
+    ("dst", "flag"),
+    cover(
+        [
+            pytest.param(dst, id=name)
+            for dst, name in [
+                ("{src}", "same"),
+                ("./src.zarr/", "dot-slash"),
+                ("{src}/v", "array"),
+                ("{src}/inner.zarr", "inside"),
+                ("link", "symlink"),
+                ("{parent}", "parent"),
+                (".", "cwd"),
+            ]
+        ],
+        ["--overwrite", "--resume", None],
+    ),
 )
-@pytest.mark.parametrize("flag", ["--overwrite", "--resume", None])
 def test_reshard_refuses_overlap(tmp_path, dst, flag):
     work = tmp_path / "work"
     work.mkdir()
@@ -142,8 +155,9 @@ def test_reshard_refuses_overlap(tmp_path, dst, flag):
     assert snapshot(tmp_path) == before  # not a byte of anything changed, nothing added
 
 
-@pytest.mark.parametrize("dst", ["{src}", "{src}/", "{src}/inner.zarr", "{parent}"])
-@pytest.mark.parametrize("mode", ["w", "a", "w-"])
+@pytest.mark.parametrize(
+    ("dst", "mode"), cover(["{src}", "{src}/", "{src}/inner.zarr", "{parent}"], ["w", "a", "w-"])
+)
 def test_migrate_refuses_overlap(tmp_path, dst, mode):
     src = tmp_path / "work" / "draft"
     shutil.copytree(LEGACY / "compressors", src)

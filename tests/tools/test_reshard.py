@@ -21,6 +21,7 @@ import xarray as xr
 import zarr
 
 import shardwise
+from matrix import cover
 from shardwise.testing import CountingStore
 
 from clusters import CLUSTER_OPTIONS
@@ -322,6 +323,7 @@ import distributed, zarr
 import shardwise
 from shardwise.testing import LatencyStore
 from clusters import CLUSTER_OPTIONS
+from matrix import cover
 
 if __name__ == "__main__":
     with distributed.LocalCluster(**CLUSTER_OPTIONS, threads_per_worker=1) as c, distributed.Client(c):
@@ -407,9 +409,9 @@ def upload(path: Path, where: Target) -> None:
             sync(store.set(f.relative_to(path).as_posix(), data))
 
 
-@pytest.mark.parametrize("scope", ["all", "one"])
-@pytest.mark.parametrize("way", ["repack", "reencode"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("kind", "way", "scope"), cover(KINDS, ["repack", "reencode"], ["all", "one"])
+)
 def test_s3_to_s3(s3, bucket, tmp_path, kind, way, scope):
     """Every source kind, read from and written to the S3 endpoint: through s3fs for
     the repacks, obstore for the re-encodes."""
