@@ -76,7 +76,7 @@ def test_the_wheel_works_in_a_fresh_environment(dist, tmp_path):
     # (uv, as make installs, where it is: the same resolution in seconds, not a minute)
     uv = shutil.which("uv", path=os.path.dirname(sys.executable))
     if uv is not None:
-        run(uv, "pip", "install", "--quiet", "--python", python, wheel)
+        run(uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", python, wheel)
     else:
         run(python, "-m", "pip", "install", "--quiet", wheel)
     script = textwrap.dedent(

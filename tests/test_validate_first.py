@@ -232,3 +232,58 @@ def test_a_plain_store_oserror_while_a_write_is_planned_names_where(tmp_path, wh
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EBUSY
     assert info.value.key is not None and info.value.key.endswith("zarr.json")
     assert (zarr.open_array(path, path="v")[:] == 1).all()
+
+
+# every write option, refused the same way on every entry point before anything is written
+BAD_WRITE_OPTIONS = [
+    {"write_order": "bogus"},
+    {"write_order": None},
+    {"shards_per_task": 0},
+    {"shards_per_task": 2.5},
+    {"shards_per_task": True},
+    {"encode_split": -3},
+    {"encode_split": "some"},
+    {"write_empty_chunks": "no"},
+    {"progress": "yes"},
+]
+
+
+def _write(what, store, **options):
+    import dask.array as da
+    import xarray as xr
+
+    data = da.zeros((8, 4), chunks=(4, 4), dtype="f4")
+    ds = xr.Dataset({"v": (("t", "x"), data)})
+    if what == "dataset":
+        return shardwise.to_zarr(ds, store, shards={"t": 8}, consolidated=False, **options)
+    if what == "dataarray":
+        return shardwise.to_zarr(ds.v, store, shards={"t": 8}, consolidated=False, **options)
+    if what == "datatree":
+        tree = xr.DataTree.from_dict({"/a": ds})
+        return shardwise.to_zarr(tree, store, consolidated=False, **options)
+    if what == "dataset-region":
+        region = {"t": slice(0, 8)}
+        return shardwise.to_zarr(ds, store, region=region, consolidated=False, **options)
+    if what == "dask-array":
+        return shardwise.to_zarr(data, store, path="a", shards=(8, 4), **options)
+    assert what == "dask-array-region"
+    return shardwise.to_zarr(data, store, path="a", region=(slice(0, 8), slice(0, 4)), **options)
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["dataset", "dataarray", "datatree", "dataset-region", "dask-array", "dask-array-region"],
+)
+@pytest.mark.parametrize(
+    "bad", BAD_WRITE_OPTIONS, ids=lambda o: "-".join(f"{k}={v!r}" for k, v in o.items())
+)
+def test_every_bad_write_option_is_refused_before_anything_is_written(tmp_path, what, bad):
+    path = tmp_path / "s.zarr"
+    if what.endswith("region"):  # into what a good write made
+        _write(what.removesuffix("-region"), path)
+    before = snapshot(tmp_path)
+    with pytest.raises(shardwise.WriteError, match=f"bad {next(iter(bad))}") as info:
+        _write(what, path, **bad)
+    assert isinstance(info.value, ValueError)
+    assert "Nothing was written" in str(info.value)
+    assert snapshot(tmp_path) == before

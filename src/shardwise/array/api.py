@@ -48,6 +48,7 @@ from shardwise.errors import (
     WriteError,
 )
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
+from shardwise.graph.options import WriteOptions
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import finish_graph
@@ -86,15 +87,11 @@ def array_to_zarr(
     compute: bool,
     zarr_format: int | None,
     storage_options: dict[str, Any] | None,
-    write_empty_chunks: bool | None,
-    write_order: str,
-    shards_per_task: int | str | None,
-    encode_split: int | str | None,
+    options: WriteOptions,
     commit: str | None = None,
     return_stored: bool = False,
     zarr_kwargs: Mapping[str, Any] | None = None,
     guarded: bool = True,
-    progress: bool = False,
 ) -> Any:
     """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
     new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
@@ -214,7 +211,7 @@ def array_to_zarr(
                     zarr_format,
                     mode,
                     storage_options,
-                    write_empty_chunks,
+                    options.write_empty_chunks,
                     staged=compute and session is None,
                 )
             elif new_shape != arr.shape:
@@ -245,11 +242,8 @@ def array_to_zarr(
             arr,
             tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True)),
             offset,
-            write_empty_chunks=write_empty_chunks,
-            order=write_order,
+            options=options,
             fresh=fresh,
-            shards_per_task=shards_per_task,
-            encode_split=encode_split,
             fork=fork,
             guarded=guarded,
         )
@@ -269,16 +263,16 @@ def array_to_zarr(
         if not compute:  # read once written: every task of it waits for the write
             return _after(_stored(arr, offset, x.shape), graph)
         with around_data(staged):
-            compute_with_progress(graph, progress=progress, desc="to_zarr")
+            compute_with_progress(graph, progress=options.progress, desc="to_zarr")
         return _stored(arr, offset, x.shape)
     if not compute:
         return graph
     if append_dim is None or fresh:
         with around_data(staged):
-            compute_with_progress(graph, progress=progress, desc="to_zarr")
+            compute_with_progress(graph, progress=options.progress, desc="to_zarr")
         return arr
     try:
-        compute_with_progress(graph, progress=progress, desc="to_zarr")
+        compute_with_progress(graph, progress=options.progress, desc="to_zarr")
     except (ShardwiseError, OSError) as e:  # the metadata has claimed the rows already
         axis = append_dim % len(offset)
         dims = getattr(arr.metadata, "dimension_names", None) or ()

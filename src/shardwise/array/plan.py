@@ -27,6 +27,7 @@ from shardwise.errors import ShardwiseError, WriteError
 from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
+from shardwise.graph.options import WriteOptions
 from shardwise.graph.write import FIXED_KINDS, data_graph
 from shardwise.io.conditional import conditional
 from shardwise.io.icechunk import icechunk_session
@@ -330,16 +331,14 @@ def data_write(
     region: tuple[slice, ...],
     offset: tuple[int, ...],
     *,
-    write_empty_chunks: bool | None,
-    order: str,
+    options: WriteOptions,
     fresh: bool,
-    shards_per_task: int | str | None,
-    encode_split: int | str | None,
     fork: Any = None,
     guarded: bool = False,
 ) -> Any:
     """The delayed write of the dask array ``source`` into the zarr array ``target`` at
-    ``region`` (``offset``: its start): one task per shard. ``fresh``: the array was
+    ``region`` (``offset``: its start): one task per shard, as ``options`` say (its
+    ``progress`` is the caller's, who computes the write). ``fresh``: the array was
     created by this call, so no shard of it exists yet. ``fork``: an Icechunk fork
     session to write through (the delayed then computes to the fork session holding the
     changes, to merge into the session the fork came from). ``guarded``: other jobs may
@@ -350,11 +349,11 @@ def data_write(
         target,
         region,
         offset,
-        write_empty_chunks,
-        order,
+        options.write_empty_chunks,
+        options.write_order,
         fresh,
-        shards_per_task or 1,
-        encode_split,
+        options.shards_per_task or 1,
+        options.encode_split,
         store=None if fork is None else fork.store,
         guarded=guarded,
     )

@@ -47,8 +47,6 @@ from shardwise.array.plan import (
 from shardwise.errors import ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
-from shardwise.format.shard import WRITE_ORDERS
-from shardwise.graph.plan import check_encode_split, check_shards_per_task
 from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import FIXED_KINDS
 from shardwise.io.conditional import conditional_path
@@ -325,9 +323,6 @@ def validate(
     zarr_format: int | None,
     shards: ShardSpec,
     chunks: SizeSpec,
-    write_order: str,
-    shards_per_task: Any = None,
-    encode_split: Any = None,
     *,
     guarded: bool = False,
 ) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
@@ -350,31 +345,6 @@ def validate(
         for var in ds.variables.values():
             if var.chunks is not None:
                 var.data = without_empty_blocks(var.data)
-    if write_order not in WRITE_ORDERS:
-        raise WriteError(
-            "unknown write order",
-            expected=f"one of {WRITE_ORDERS}",
-            found=repr(write_order),
-        )
-    try:
-        if shards_per_task is not None:
-            check_shards_per_task(shards_per_task)
-    except ValueError:
-        raise WriteError(
-            "bad shards_per_task",
-            expected="None, an integer >= 1 or 'auto'",
-            found=repr(shards_per_task),
-            advice="Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
-        ) from None
-    try:
-        check_encode_split(encode_split)
-    except ValueError:
-        raise WriteError(
-            "bad encode_split",
-            expected="None, an integer >= 1 or 'auto'",
-            found=repr(encode_split),
-            advice="Pass e.g. encode_split=8 to encode each shard in 8 tasks.",
-        ) from None
     check_spec("shards", shards, set(ds.dims))
     check_spec("chunks", chunks, set(ds.dims))
     if isinstance(region, Mapping):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Literal
 
 import shardwise._compat as _compat
@@ -38,6 +39,7 @@ from shardwise.errors import (
     naming_metadata_errors,
 )
 from shardwise.format.metadata import metadata_key
+from shardwise.graph.options import WriteOptions
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions, retries, tries
 from shardwise.graph.write import finish_graph
@@ -348,6 +350,14 @@ def to_zarr(
         zarr-python's ``default_zarr_format`` setting. Chunks of size 0 own no shard.
     """
 
+    # (every write option refused here, before anything is read or written)
+    options = WriteOptions(
+        write_order=write_order,
+        shards_per_task=shards_per_task,
+        encode_split=encode_split,
+        write_empty_chunks=write_empty_chunks,
+        progress=progress,
+    )
     guarded = plan_independent_writers(independent_writers)
     if is_array(obj):  # dask's spelling: component=, overwrite=, a zarr.Array target
         store, path, mode, zarr_array_kwargs = dask_call(
@@ -398,17 +408,13 @@ def to_zarr(
             compute=compute,
             zarr_format=zarr_format,
             storage_options=storage_options,
-            write_empty_chunks=write_empty_chunks,
-            write_order=write_order,
-            shards_per_task=shards_per_task,
-            encode_split=encode_split,
+            options=options,
             commit=commit,
             path=path or "",
             creation={"shards": shards, "chunks": chunks, **creation},
             return_stored=return_stored,
             zarr_kwargs=zarr_array_kwargs,
             guarded=guarded,
-            progress=progress,
         )
     if given := sorted(k for k, v in {"path": path, **creation}.items() if v is not None):
         raise WriteError(
@@ -493,9 +499,6 @@ def to_zarr(
                     zarr_format,
                     shards,
                     chunks,
-                    write_order,
-                    shards_per_task,
-                    encode_split,
                     guarded=guarded,
                 )
             except ShardwiseError:
@@ -535,7 +538,7 @@ def to_zarr(
                     existing=existing,
                     defer=overlay is not None,
                     write=functools.partial(
-                        _write_now, write_empty_chunks=write_empty_chunks, order=write_order
+                        _write_now, options=replace(options, shards_per_task=None, encode_split=1)
                     ),
                 )
                 metadata_step(ds, zstore, encoding, capture)
@@ -582,11 +585,8 @@ def to_zarr(
                 target,
                 region_,
                 offset,
-                write_empty_chunks=write_empty_chunks,
-                order=write_order,
+                options=options,
                 fresh=fresh,
-                shards_per_task=shards_per_task,
-                encode_split=encode_split,
                 fork=fork,
                 guarded=guarded,
             )
@@ -607,7 +607,7 @@ def to_zarr(
                 with _claimed_rows_reported(capture.items, claimed, group, txn):
                     done = compute_with_progress(
                         *writes,
-                        progress=progress,
+                        progress=options.progress,
                         desc="to_zarr",
                         **(chunkmanager_store_kwargs or {}),
                     )
@@ -765,12 +765,11 @@ def _write_now(
     region: tuple[slice, ...],
     offset: tuple[int, ...],
     *,
-    write_empty_chunks: bool | None,
-    order: str,
+    options: WriteOptions,
 ) -> None:
     """Write numpy data into an existing array now, through the shard writer with
     conditional puts (see :class:`~shardwise.xarray.metadata_step.Capture`), on this
-    thread."""
+    thread, one task per shard."""
     import dask
 
     write = data_write(
@@ -778,11 +777,8 @@ def _write_now(
         target,
         region,
         offset,
-        write_empty_chunks=write_empty_chunks,
-        order=order,
+        options=options,
         fresh=False,
-        shards_per_task=None,
-        encode_split=1,
         guarded=True,
     )
     dask.compute(write, scheduler="sync")

@@ -1,0 +1,75 @@
+"""How the data of a write is turned into shard tasks: one frozen value, checked when it
+is made, so that every write path refuses a bad option before anything is written
+(each public ``to_zarr`` makes it first, from its keywords)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardwise.errors import WriteError
+from shardwise.format.shard import WRITE_ORDERS
+from shardwise.graph.plan import check_encode_split, check_shards_per_task
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The options of the data step of a write.
+
+    - ``write_order``: the order of the inner chunks in each shard: ``"morton"``
+      (default: neighbours in space are neighbours in the object) or ``"C"``.
+    - ``shards_per_task``: ``None`` (default: one task per shard's worth of dask
+      blocks), an integer >= 1 (neighbouring blocks that hold fewer shards than that are
+      written by one task) or ``"auto"`` (grouped toward dask's ``array.chunk-size``).
+    - ``encode_split``: ``None`` (default: dask config ``shardwise.encode-split``,
+      itself ``"auto"``), an integer >= 1 (each shard encoded in about that many tasks)
+      or ``"auto"``.
+    - ``write_empty_chunks``: ``None`` (default: zarr-python's ``array.write_empty_chunks``
+      setting), or whether inner chunks that hold only the fill value are stored.
+    - ``progress``: show a progress bar while the data are written.
+    """
+
+    write_order: str = "morton"
+    shards_per_task: int | str | None = None
+    encode_split: int | str | None = None
+    write_empty_chunks: bool | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.write_order not in WRITE_ORDERS:
+            raise _refused("write_order", f"one of {WRITE_ORDERS}", self.write_order)
+        if self.shards_per_task is not None:
+            try:
+                check_shards_per_task(self.shards_per_task)
+            except ValueError:
+                raise _refused(
+                    "shards_per_task",
+                    "None, an integer >= 1 or 'auto'",
+                    self.shards_per_task,
+                    "Pass e.g. shards_per_task=16 to write 16 tiny shards per task.",
+                ) from None
+        try:
+            check_encode_split(self.encode_split)
+        except ValueError:
+            raise _refused(
+                "encode_split",
+                "None, an integer >= 1 or 'auto'",
+                self.encode_split,
+                "Pass e.g. encode_split=8 to encode each shard in 8 tasks.",
+            ) from None
+        for name in ("write_empty_chunks", "progress"):
+            value = getattr(self, name)
+            if not (isinstance(value, bool | np.bool_) or (value is None and name != "progress")):
+                expected = "True or False" + (" or None" if name != "progress" else "")
+                raise _refused(name, expected, value)
+
+
+def _refused(name: str, expected: str, found: Any, advice: str = "") -> WriteError:
+    return WriteError(
+        f"bad {name}",
+        expected=expected,
+        found=repr(found),
+        advice=(advice + " " if advice else "") + "Nothing was written.",
+    )
