@@ -726,10 +726,13 @@ def test_impossible_metadata_fails_at_open_not_later(make_store) -> None:
         shardwise.open_dataset(path, consolidated=False)
 
 
-def run_with_deadline(code: str, seconds: int = 2) -> str:
+def run_with_deadline(code: str, seconds: int = 10) -> str:
     """Run ``code`` in a child Python, with ``DEADLINE`` in it replaced by an alarm of
     ``seconds`` and at most 3 GiB of address space, so that a hang or a runaway
-    allocation cannot hurt; TimeoutError when the alarm rang. Returns its stdout. The
+    allocation cannot hurt; TimeoutError when the alarm rang. (The calls timed here take
+    well under a second on an idle machine; 2 s was too little with six processes on two
+    cores. The hangs they guard against never end: listing 2**24 chunks grew about
+    100 MB/s until killed.) Returns its stdout. The
     libraries shardwise loads on first use are imported before the alarm is set: the
     deadline times the work, not imports (seconds on a loaded 2-core machine)."""
     prelude = (

@@ -63,7 +63,7 @@ def guide_dataset() -> xr.Dataset:
 
 
 @CONSOLIDATED
-@pytest.mark.rectilinear  # (the guide writes rectilinear shards)
+@pytest.mark.xarray_rectilinear  # (the guide writes rectilinear shards through xarray)
 def test_user_guide_blocks_run(tmp_path, monkeypatch):
     """In a fresh directory, in page order, with the ``ds`` they assume and the stores
     they name made first (a Zarr v2 store for reshard, an Icechunk repository)."""

@@ -392,7 +392,7 @@ def test_plan_appended_grid_keeps_regular_dimensions_only_when_asked(tmp_path):
     del arr
 
 
-@pytest.mark.rectilinear
+@pytest.mark.xarray_rectilinear  # (the Dataset path is one of the two)
 def test_both_paths_plan_the_same_rectilinear_grid(tmp_path):
     """One planner: the same irregular dask chunks become the same shards and inner
     chunks whether written as a dask array or as a Dataset variable."""

@@ -32,7 +32,8 @@ KINDS = [
     "v2",
     "v3",
     "v3-sharded",
-    pytest.param("v3-rectilinear", marks=pytest.mark.rectilinear),
+    # (written through xarray: make_source)
+    pytest.param("v3-rectilinear", marks=pytest.mark.xarray_rectilinear),
     "draft",
 ]
 MONTHS = (7, 13, 20)  # the rectilinear source's shards along time
@@ -233,7 +234,7 @@ def test_v2_details_map_onto_v3(tmp_path):
     xr.testing.assert_identical(xr.open_zarr(tmp_path / "dst.zarr", consolidated=False).load(), src)
 
 
-@pytest.mark.rectilinear
+@pytest.mark.xarray_rectilinear  # (its source is written through xarray)
 def test_unchanged_sizes_keep_a_rectilinear_grid(tmp_path):
     src = make_source("v3-rectilinear", tmp_path / "src.zarr")
     report = shardwise.reshard(src, tmp_path / "dst.zarr", codecs=zarr.codecs.GzipCodec(level=1))

@@ -668,8 +668,9 @@ def test_auto_sizes(
         # irregular dask chunks and no shard shape: one shard per dask chunk in a
         # rectilinear grid, which xarray cannot write for the comparison below
         # (tests/test_rectilinear.py covers it against zarr-python)
-        if not (_compat.has("rectilinear") and _compat.has("xarray-rectilinear")):
-            pytest.skip(_compat.needed("rectilinear"))
+        for feature in ("rectilinear", "xarray-rectilinear"):
+            if not _compat.has(feature):  # (the reason names the release missing)
+                pytest.skip(_compat.needed(feature))
         with dask.config.set(settings):
             shardwise.to_zarr(ds, tmp_path / "s.zarr", chunks=chunks, consolidated=False)
         with zarr.config.set({"array.rectilinear_chunks": True}):

@@ -214,7 +214,7 @@ def test_groups_and_datatree(tmp_path):
     xr.testing.assert_identical(sub.load(), ref_sub.load())
 
 
-@pytest.mark.rectilinear
+@pytest.mark.xarray_rectilinear  # (read by engine="zarr" too)
 def test_rectilinear_shards(tmp_path):
     with zarr.config.set({"array.rectilinear_chunks": True}):
         root = zarr.open_group(tmp_path / "r.zarr", mode="w", zarr_format=3)
