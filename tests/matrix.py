@@ -5,7 +5,8 @@ kinds x retry settings) runs every case in ``make test-main``; the fast runs of
 ``make test-3.13`` and ``make test-lowest`` (``-m "not slow and not exhaustive"``) run a
 cover of it: as many cases as the longest axis has values, case ``i`` taking value
 ``i mod len(axis)`` of each axis, so that every value of every axis runs at least once.
-The other cases carry the ``exhaustive`` mark."""
+The other cases carry the ``exhaustive`` mark. Where no product of axes applies (the n-th
+of a count of requests), ``keep`` names the cases the fast runs take."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def cover(*axes: Sequence[Any]) -> list[ParameterSet]:
     return cases
 
 
-def ends(cases: Iterable[Any], kept: Iterable[Any]) -> list[ParameterSet]:
+def keep(cases: Iterable[Any], kept: Iterable[Any]) -> list[ParameterSet]:
     """``cases`` (tuples of values) as ``parametrize`` cases, those not in ``kept`` marked
     ``exhaustive``."""
     keep = {tuple(k) for k in kept}

@@ -732,9 +732,9 @@ def run_with_deadline(code: str, seconds: int = 10) -> str:
     allocation cannot hurt; TimeoutError when the alarm rang. (The calls timed here take
     well under a second on an idle machine; 2 s was too little with six processes on two
     cores. The hangs they guard against never end: listing 2**24 chunks grew about
-    100 MB/s until killed.) Returns its stdout. The
-    libraries shardwise loads on first use are imported before the alarm is set: the
-    deadline times the work, not imports (seconds on a loaded 2-core machine)."""
+    100 MB/s until killed.) Returns its stdout. The libraries shardwise loads on first use
+    are imported before the alarm is set: the deadline times the work, not imports
+    (seconds on a loaded 2-core machine)."""
     prelude = (
         "import resource, signal\nresource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
         "import dask.array, xarray, zarr, shardwise.xarray.to_zarr, shardwise.xarray.open, shardwise.xarray.backend, shardwise.io.reader\n"

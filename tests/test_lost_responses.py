@@ -21,7 +21,7 @@ import zarr
 
 import shardwise
 from faultproxy import FaultProxy
-from matrix import cover, ends
+from matrix import cover, keep
 
 from datasets import ROWS, block, rows_dataset
 
@@ -101,7 +101,7 @@ def test_an_obstore_append_whose_nth_conditional_put_is_lost(
 @pytest.mark.parametrize(
     ("consolidated", "n"),
     # (the fast runs: the first put, one in the middle, the last and one past them)
-    ends(
+    keep(
         [(c, n) for c, count in DATASET_PUTS.items() for n in puts(count)],
         [(c, n) for c, count in DATASET_PUTS.items() for n in (1, count // 2, count, count + 1)],
     ),

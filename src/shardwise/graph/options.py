@@ -59,11 +59,14 @@ class WriteOptions:
                 self.encode_split,
                 "Pass e.g. encode_split=8 to encode each shard in 8 tasks.",
             ) from None
-        for name in ("write_empty_chunks", "progress"):
-            value = getattr(self, name)
-            if not (isinstance(value, bool | np.bool_) or (value is None and name != "progress")):
-                expected = "True or False" + (" or None" if name != "progress" else "")
-                raise _refused(name, expected, value)
+        if self.write_empty_chunks is not None and not _is_bool(self.write_empty_chunks):
+            raise _refused("write_empty_chunks", "True, False or None", self.write_empty_chunks)
+        if not _is_bool(self.progress):
+            raise _refused("progress", "True or False", self.progress)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool | np.bool_)
 
 
 def _refused(name: str, expected: str, found: Any, advice: str = "") -> WriteError:
