@@ -30,6 +30,7 @@ from zarr.storage import LocalStore
 
 import shardwise
 from shardwise import ArrayReader
+from shardwise.config import get as setting
 from shardwise.errors import TooLargeError, UnsupportedArrayError
 from shardwise.format.grid import (
     INT64_MAX,
@@ -40,7 +41,7 @@ from shardwise.format.grid import (
 )
 from shardwise.format.shard import write_order
 from shardwise.testing import CountingStore
-from shardwise.tools.inventory import INVENTORY_CELLS, INVENTORY_SPARSITY, summary, totals
+from shardwise.tools.inventory import INVENTORY_SPARSITY, summary, totals
 
 SHARD, INNER = 100, 10
 GRID = 10**7  # shards per dimension
@@ -187,7 +188,7 @@ def test_inventory_refuses_before_reading_an_index(giant: Path) -> None:
 
 
 def test_inventory_limit_is_relative_to_what_is_stored(tmp_path: Path) -> None:
-    """Past INVENTORY_CELLS the grid may be INVENTORY_SPARSITY times what the stored
+    """Past shardwise.inventory-cells the grid may be INVENTORY_SPARSITY times what the stored
     shards hold; the limit is dask config."""
     import dask.config
 
@@ -202,7 +203,9 @@ def test_inventory_limit_is_relative_to_what_is_stored(tmp_path: Path) -> None:
             shardwise.inventory(path, "v")
         arr[8, 0] = 1  # 2 shards: 64 x 16 inner chunks cover the grid's 1024
         assert shardwise.inventory(path, "v").attrs["chunks_present"] == 2
-    assert shardwise.inventory(path, "v").attrs["chunks_total"] == 1024 <= INVENTORY_CELLS
+    assert (
+        shardwise.inventory(path, "v").attrs["chunks_total"] == 1024 <= setting("inventory-cells")
+    )
 
 
 def test_cli_inventory_summarises_and_refuses_the_table(giant: Path, tmp_path: Path) -> None:

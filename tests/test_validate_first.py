@@ -245,6 +245,8 @@ BAD_WRITE_OPTIONS = [
     {"encode_split": "some"},
     {"write_empty_chunks": "no"},
     {"progress": "yes"},
+    {"independent_writers": "yes"},
+    {"independent_writers": 1},
 ]
 
 

@@ -1,129 +1,186 @@
 """dask arrays without xarray: the shardwise counterparts of ``dask.array.to_zarr`` and
 ``dask.array.from_zarr`` (the latter in :mod:`shardwise.array.read`, re-exported here).
 
-``shardwise.to_zarr(x, store, path=...)`` with a ``dask.array.Array`` creates (or
-opens) one Zarr array with zarr-python, so its metadata (codecs, fill value, attributes,
-dimension names) is zarr-python's own, and writes the data with the same graph as the
-xarray path (:func:`shardwise.graph.write.store_dask_array`): one task per shard, any dask
-chunking, partial shards merged by their one owner. :func:`from_zarr` reads an array
-with the fan-out graph of :mod:`shardwise.graph.read`.
+:func:`to_zarr` creates (or opens) one Zarr array with zarr-python, so its metadata
+(codecs, fill value, attributes, dimension names) is zarr-python's own, and writes the
+data with :func:`~shardwise.array.store.store_arrays`, the primitive the xarray path
+ends in too: one task per shard, any dask chunking, partial shards merged by their one
+owner. :func:`from_zarr` reads an array with the fan-out graph of
+:mod:`shardwise.graph.read`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import shardwise.format.rectilinear as rl
+from shardwise.array.call import checked_mode, dask_call, given_shape_and_dtype, is_array
 from shardwise.array.claims import append_failed, call_token, claim_of, release
+from shardwise.array.create import create, plan_new
+from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
 from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
 from shardwise.array.plan import (
-    GridPlan,
-    appended_grid,
-    axis_of,
-    castable,
     check_guardable,
     check_known_chunks,
-    chunk_target,
-    dask_edges,
-    dask_grid,
-    data_write,
     default_format,
-    default_mode,
-    no_axis,
-    padded_edges,
-    rectilinear,
-    region_bounds,
     without_empty_blocks,
 )
 from shardwise.array.read import from_zarr
-from shardwise.errors import (
-    ArgumentError,
-    ConflictError,
-    ShardwiseError,
-    StoreExistsError,
-    WriteError,
-)
-from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
+from shardwise.array.sources import check_not_replacing_sources
+from shardwise.array.store import store_arrays
+from shardwise.errors import ConflictError, ShardwiseError, WriteError
+from shardwise.format.grid import check_write_geometry
 from shardwise.graph.options import WriteOptions
-from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import retries, tries
-from shardwise.graph.write import finish_graph
-from shardwise.io.icechunk import check_session, icechunk_session, merge_into, refuse_commit
-from shardwise.io.open import store_path
-from shardwise.io.staged import StagedWrite, around_data, staged_write
-from shardwise.io.stores import write_grid
+from shardwise.io.icechunk import check_session, icechunk_session, refuse_commit
+from shardwise.io.staged import StagedWrite
 
-__all__ = ["array_to_zarr", "dask_call", "from_zarr", "is_array"]
-
-_MODES = ("w-", "w", "a", "r+")
-
-_CREATION = (
-    "shards",
-    "chunks",
-    "compressors",
-    "filters",
-    "serializer",
-    "fill_value",
-    "attributes",
-    "dimension_names",
-)
-"""The creation options ``array_to_zarr`` takes by name; any others in ``creation``
-are more of zarr-python's ``create_array`` arguments."""
+__all__ = ["from_zarr", "is_array", "to_zarr", "write_array"]
 
 
-def array_to_zarr(
+def to_zarr(
+    x: Any,
+    store: Any = None,
+    path: str | None = None,
+    *,
+    mode: str | None = None,
+    region: Any = None,
+    append_dim: int | None = None,
+    compute: bool = True,
+    zarr_format: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    shards: Any = None,
+    chunks: Any = None,
+    write_order: str = "morton",
+    shards_per_task: int | Literal["auto"] | None = None,
+    encode_split: int | Literal["auto"] | None = None,
+    write_empty_chunks: bool | None = None,
+    independent_writers: bool | None = None,
+    progress: bool = False,
+    compressors: Any = None,
+    filters: Any = None,
+    serializer: Any = None,
+    fill_value: Any = None,
+    attributes: Mapping[str, Any] | None = None,
+    dimension_names: Any = None,
+    commit: str | None = None,
+    component: str | None = None,
+    overwrite: bool | None = None,
+    return_stored: bool = False,
+    **zarr_array_kwargs: Any,
+) -> Any:
+    """Write the dask array ``x`` as one Zarr array at ``path`` of ``store`` (default:
+    the store's root; ``store`` default: a new ``zarr.storage.MemoryStore``), created
+    with zarr-python, with exactly one dask task writing each shard: the counterpart of
+    ``dask.array.to_zarr``. ``shardwise.to_zarr(x, ...)`` is the same call.
+
+    - ``shards``: ``"dask"`` (the default: every dask chunk becomes a shard; irregular
+      chunks give a rectilinear grid), ``"auto"``, a tuple of sizes per axis (``-1``:
+      the whole axis) or a dict by axis number; ``chunks`` (inner chunks) likewise, or
+      ``"auto"`` (the default).
+    - ``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes`` and
+      ``dimension_names``: zarr-python's ``create_array`` arguments, for a new array
+      only; any other keyword goes there too (``chunk_key_encoding``, ``config``,
+      ``order``...; ``dtype`` casts the data, ``shape`` must be its shape).
+    - ``mode``: ``"w-"`` (default: refuse an existing array), ``"w"`` (replace it),
+      ``"a"`` (with ``append_dim=``, an axis number, append along it), ``"r+"`` (with
+      ``region=``, a tuple of slices or a dict of them by axis number, write into part
+      of it). ``zarr_format=2`` writes an unsharded Zarr v2 array; without it, a new
+      store gets zarr-python's ``default_zarr_format`` setting.
+    - ``write_order``, ``shards_per_task``, ``encode_split``, ``write_empty_chunks``,
+      ``independent_writers``, ``progress``: as for :func:`shardwise.to_zarr`
+      (:class:`~shardwise.graph.options.WriteOptions`); ``commit``: with an Icechunk
+      session as the store, commit with this message and return the snapshot id.
+    - ``dask.array.to_zarr``'s parameters, with dask's meaning: ``component`` (or
+      ``name``) is ``path``; ``overwrite=True`` is ``mode="w"``, ``False``
+      ``mode="w-"``; ``store`` may be a ``zarr.Array`` to write into (``mode="r+"``,
+      ``region=`` allowed); ``return_stored=True`` returns the part written as a dask
+      array read back lazily (with ``compute=False``, computing it writes first).
+
+    Returns the ``zarr.Array``, or with ``compute=False`` a ``dask.delayed`` that writes
+    the data (the metadata is written already) and returns it. Chunks of size 0 own no
+    shard. Every option is checked before anything is written.
+    """
+    options = WriteOptions(
+        write_order=write_order,
+        shards_per_task=shards_per_task,
+        encode_split=encode_split,
+        write_empty_chunks=write_empty_chunks,
+        progress=progress,
+        independent_writers=independent_writers,
+    )
+    return write_array(
+        x,
+        store,
+        options=options,
+        path=path,
+        mode=mode,
+        region=region,
+        append_dim=append_dim,
+        compute=compute,
+        zarr_format=zarr_format,
+        storage_options=storage_options,
+        creation={
+            "shards": shards,
+            "chunks": chunks,
+            "compressors": compressors,
+            "filters": filters,
+            "serializer": serializer,
+            "fill_value": fill_value,
+            "attributes": attributes,
+            "dimension_names": dimension_names,
+        },
+        commit=commit,
+        component=component,
+        overwrite=overwrite,
+        return_stored=return_stored,
+        zarr_array_kwargs=zarr_array_kwargs,
+    )
+
+
+def write_array(
     x: Any,
     store: Any,
     *,
-    path: str,
-    mode: str | None,
-    creation: Mapping[str, Any],
-    region: Any,
-    append_dim: int | None,
-    compute: bool,
-    zarr_format: int | None,
-    storage_options: dict[str, Any] | None,
     options: WriteOptions,
+    path: str | None = None,
+    mode: str | None = None,
+    region: Any = None,
+    append_dim: int | None = None,
+    compute: bool = True,
+    zarr_format: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    creation: Mapping[str, Any],
     commit: str | None = None,
+    component: str | None = None,
+    overwrite: bool | None = None,
     return_stored: bool = False,
-    zarr_kwargs: Mapping[str, Any] | None = None,
-    guarded: bool = True,
+    zarr_array_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """``shardwise.to_zarr`` for one dask array (see its docstring). ``creation``: the
-    new array's ``shards`` and ``chunks``, and zarr-python's ``create_array`` arguments
-    (``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes``,
-    ``dimension_names``); None where not given. ``zarr_kwargs``: more of
-    ``create_array``'s arguments (dask's ``**zarr_array_kwargs``), for a new array.
-    ``return_stored``: return the array written, read back lazily (see
-    :func:`_stored`). ``guarded``: other jobs may write the array at the same time
-    (``independent_writers``): shards merged with what is stored, and the zarr.json an
-    append grows, are put only if unchanged since read."""
-    import dask
+    """:func:`to_zarr` with its write options parsed (``options``) and the new array's
+    ``creation`` arguments in one mapping (``shards``, ``chunks`` and zarr-python's
+    ``create_array`` arguments, None where not given): where ``shardwise.to_zarr``
+    sends a dask array."""
+    store, path, mode, extra = dask_call(
+        store, path, component, mode, overwrite, storage_options, dict(zarr_array_kwargs or {})
+    )
+    if mode == "w":  # replacing what is there: never what the data is read from
+        check_not_replacing_sources([x], store, storage_options, path)
+    if store is None:
+        from zarr.storage import MemoryStore
 
+        store = MemoryStore()
     name = path.strip("/") or "/"
     check_known_chunks(x.chunks, name)
-    x = without_empty_blocks(x)
-    extra = dict(zarr_kwargs or {})
-    x = _given_shape_and_dtype(x, extra, name)
-    if extra:
-        creation = {**creation, **extra}
-    mode = _mode(mode, region, append_dim, name)
+    x = given_shape_and_dtype(without_empty_blocks(x), extra, name)
+    mode = checked_mode(mode, region, append_dim, name)
     session = icechunk_session(store)
     if session is not None:
-        check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
-        if return_stored:
-            raise WriteError(
-                "return_stored is not available with an Icechunk session",
-                expected="return_stored=False",
-                found="return_stored=True",
-                array=name,
-                advice="Read the array back from the session after it is committed "
-                "(shardwise.from_zarr(session.store, path)). Nothing was written.",
-            )
+        _check_session(session, compute, commit, zarr_format, return_stored, name)
         store = session.store
     elif commit is not None:
         refuse_commit(store, name)
@@ -132,161 +189,253 @@ def array_to_zarr(
         raise WriteError(
             "unknown zarr_format", expected="2 or 3", found=repr(zarr_format), array=name
         )
-    # an append that other jobs may make at the same time grows the array's zarr.json
-    # only if it is unchanged since this call read it; else it reads again, and so
-    # appends after the other job's rows (see grow.grow_if)
-    guard = append_guard(store, path, storage_options, mode, append_dim, session, guarded)
-    # (its rows are claimed in the array's attributes under this call's token until
-    # they are written: run again after a failure, the same call writes them, see claims)
-    token = None if guard is None else call_token(x.name, x.shape, x.dtype.str, append_dim)
-    given_x = x
-    staged = None  # a new array's metadata put after its data (see _create's call)
+    write = _Write(
+        store,
+        path,
+        storage_options,
+        mode,
+        region,
+        append_dim,
+        zarr_format,
+        {**creation, **extra},
+        options,
+        session,
+        # (a new array's metadata is put after its data, but not where the delayed
+        # must leave it there at once, nor in a session, whose commit is all or none)
+        staged=compute and session is None,
+    )
     with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
+        target = write.target(x)
+    return write.data(target, compute=compute, commit=commit, return_stored=return_stored)
+
+
+def _check_session(
+    session: Any,
+    compute: bool,
+    commit: str | None,
+    zarr_format: int | None,
+    return_stored: bool,
+    name: str,
+) -> None:
+    check_session(session, compute=compute, commit=commit, zarr_format=zarr_format)
+    if return_stored:
+        raise WriteError(
+            "return_stored is not available with an Icechunk session",
+            expected="return_stored=False",
+            found="return_stored=True",
+            array=name,
+            advice="Read the array back from the session after it is committed "
+            "(shardwise.from_zarr(session.store, path)). Nothing was written.",
+        )
+
+
+@dataclass
+class _Target:
+    """Where a dask-array write goes, its metadata written: the data (cast to the
+    array's dtype), the array, the data's place in it, whether the array is new, a new
+    array's staged metadata, and the version of the metadata an append grew."""
+
+    x: Any
+    arr: Any
+    offset: tuple[int, ...]
+    fresh: bool
+    staged: StagedWrite | None = None
+    version: Any = None
+
+    @property
+    def region(self) -> tuple[slice, ...]:
+        return tuple(slice(o, o + n) for o, n in zip(self.offset, self.x.shape, strict=True))
+
+
+@dataclass
+class _Write:
+    """One dask-array write, its arguments checked: :meth:`target` finds or creates the
+    array (an append that other jobs may make at the same time grows it by
+    compare-and-swap), :meth:`data` writes the data with :func:`store_arrays`."""
+
+    store: Any
+    path: str
+    storage_options: Any
+    mode: str
+    region: Any
+    append_dim: int | None
+    zarr_format: int
+    creation: Mapping[str, Any]
+    options: WriteOptions
+    session: Any
+    staged: bool
+
+    def __post_init__(self) -> None:
+        self.name = self.path.strip("/") or "/"
+        # an append that other jobs may make at the same time grows the array's
+        # zarr.json only if it is unchanged since this call read it; else it reads
+        # again, and so appends after the other job's rows (see grow.grow_if)
+        self.guard = append_guard(
+            self.store,
+            self.path,
+            self.storage_options,
+            self.mode,
+            self.append_dim,
+            self.session,
+            bool(self.options.independent_writers),
+        )
+        self.token: str | None = None
+
+    def target(self, x: Any) -> _Target:
+        """The array written into, its metadata written (created, or grown by an
+        append); refuses what cannot be written before anything is."""
+        if self.guard is not None:
+            # (its rows are claimed in the array's attributes under this call's token
+            # until they are written: run again after a failure, the same call writes
+            # them, see claims)
+            self.token = call_token(x.name, x.shape, x.dtype.str, self.append_dim)
+        arr = None
         for _ in tries():
-            x = given_x
             # (the version first: were zarr-python to read a newer document, the
             # conditional put below would fail and this would run again)
-            version = None if guard is None else metadata_version(guard)
-            existing = _existing(store, path, storage_options, mode, name)
-            if existing is None:
-                if region is not None:
-                    raise WriteError(
-                        "a region write needs an existing array",
-                        expected=f"a Zarr array at {name!r}",
-                        found="nothing there",
-                        array=name,
-                        advice="Create it first (mode='w-'), then write regions with mode='r+'.",
-                    )
-                plan = _new_array(x, name, creation["shards"], creation["chunks"], zarr_format)
-                offset: tuple[int, ...] = (0,) * x.ndim
-                fresh = True
-                arr = None
-            else:
-                given = sorted(k for k, v in creation.items() if v is not None and v != "auto")
-                if given:
-                    raise WriteError(
-                        "creation options were given for an array that exists",
-                        expected="no shards, chunks, codecs, fill value, attributes or "
-                        "dimension names when writing into an existing array",
-                        found=f"{', '.join(given)} (mode={mode!r})",
-                        array=name,
-                        key=_meta_key(path, existing),
-                        advice="Leave them out (the array keeps its own), or replace the "
-                        "array with mode='w'. Nothing was written.",
-                    )
-                claim = None
-                if token is not None and existing.metadata.zarr_format == 3:
-                    claim = claim_of(existing.metadata.attributes, token)
-                x, offset, new_shape = _into_existing(x, existing, region, append_dim, name, claim)
-                grown = None if claim is not None else _appended_grid(existing, x, append_dim, name)
-                fresh = False
-                arr = existing
-                if guarded:
-                    check_guardable(
-                        existing.store_path.store,
-                        existing,
-                        tuple((o, o + n) for o, n in zip(offset, x.shape, strict=True)),
-                        x.dtype,
-                        fresh=False,
-                        append=append_dim is not None,
-                        name=name,
-                        key=_meta_key(path, existing),
-                    )
+            version = None if self.guard is None else metadata_version(self.guard)
+            arr = existing_array(self.store, self.path, self.storage_options, self.mode, self.name)
             if arr is None:
-                check_write_geometry(
-                    plan.edges if plan.edges is not None else plan.shards,
-                    plan.inner,
-                    x.dtype.itemsize,
-                    array=name,
-                )
-            # -- everything checked: now write metadata --------------------------------------
-            if arr is None:
-                # (computed here: created on a view, its metadata put after its data)
-                arr, staged = _create(
-                    store,
-                    path,
-                    x,
-                    plan,
-                    creation,
-                    zarr_format,
-                    mode,
-                    storage_options,
-                    options.write_empty_chunks,
-                    staged=compute and session is None,
-                )
-            elif new_shape != arr.shape:
-                if guard is None:
-                    arr = grow(arr, new_shape, grown)
-                else:
-                    assert version is not None
-                    assert token is not None and append_dim is not None
-                    axis = append_dim % x.ndim
-                    rows = (token, axis, offset[axis], new_shape[axis])
-                    grown_arr = grow_if(arr, new_shape, grown, guard, version, rows)
-                    if grown_arr is None:  # another job appended first: read it again
-                        continue
-                    arr = grown_arr
-            break
-        else:
-            raise ConflictError(
-                "other jobs kept appending to the array",
-                expected="its zarr.json unchanged between reading it and growing it",
-                found=f"it changed every time, {retries()} tries",
-                array=name,
-                key=_meta_key(path, arr),
-                advice="Nothing was written. Run the append again.",
-            )
-        fork = None if session is None else session.fork()
-        write = data_write(
-            x,
-            arr,
-            tuple(slice(o, o + n) for o, n in zip(offset, x.shape, strict=True)),
-            offset,
-            options=options,
-            fresh=fresh,
-            fork=fork,
-            guarded=guarded,
+                return self._new(x)
+            found = self._into(x, arr, version)
+            if found is not None:
+                return found
+            # (another job appended first: read it again)
+        raise ConflictError(
+            "other jobs kept appending to the array",
+            expected="its zarr.json unchanged between reading it and growing it",
+            found=f"it changed every time, {retries()} tries",
+            array=self.name,
+            key=meta_key(self.path, arr),
+            advice="Nothing was written. Run the append again.",
         )
-    if fork is not None:  # the delayed computes to the merged fork session
-        if not compute:
-            return write
-        merge_into(session, dask.compute(write))
-        return session.commit(commit) if commit is not None else arr
-    # the end of the write: the record of a claim is taken out (a completed one too)
-    done = (
-        _done
-        if guard is None or append_dim is None or arr.metadata.zarr_format != 3
-        else functools.partial(_released, guard[0], version[0] if version else "", token or "")
-    )
-    graph = finish_graph([write], done, arr)
-    if return_stored:
-        if not compute:  # read once written: every task of it waits for the write
-            return _after(_stored(arr, offset, x.shape), graph)
-        with around_data(staged):
-            compute_with_progress(graph, progress=options.progress, desc="to_zarr")
-        return _stored(arr, offset, x.shape)
-    if not compute:
-        return graph
-    if append_dim is None or fresh:
-        with around_data(staged):
-            compute_with_progress(graph, progress=options.progress, desc="to_zarr")
-        return arr
-    try:
-        compute_with_progress(graph, progress=options.progress, desc="to_zarr")
-    except (ShardwiseError, OSError) as e:  # the metadata has claimed the rows already
-        axis = append_dim % len(offset)
-        dims = getattr(arr.metadata, "dimension_names", None) or ()
-        raise append_failed(
-            e,
-            name=name,
-            key=_meta_key(path, arr),
-            dim=str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}",
-            offset=offset,
-            shape=x.shape,
-            axis=axis,
-            recorded=done is not _done,
-        ) from e
-    return arr
+
+    def _new(self, x: Any) -> _Target:
+        """A new array for ``x``: planned, checked, then created."""
+        if self.region is not None:
+            raise WriteError(
+                "a region write needs an existing array",
+                expected=f"a Zarr array at {self.name!r}",
+                found="nothing there",
+                array=self.name,
+                advice="Create it first (mode='w-'), then write regions with mode='r+'.",
+            )
+        c = self.creation
+        plan = plan_new(x, self.name, c["shards"], c["chunks"], self.zarr_format)
+        check_write_geometry(
+            plan.edges if plan.edges is not None else plan.shards,
+            plan.inner,
+            x.dtype.itemsize,
+            array=self.name,
+        )
+        # -- everything checked: now write metadata ------------------------------------
+        arr, staged = create(
+            self.store,
+            self.path,
+            x,
+            plan,
+            c,
+            self.zarr_format,
+            self.mode,
+            self.storage_options,
+            self.options.write_empty_chunks,
+            staged=self.staged,
+        )
+        return _Target(x, arr, (0,) * x.ndim, True, staged)
+
+    def _into(self, x: Any, arr: Any, version: Any) -> _Target | None:
+        """``x`` going into the existing ``arr``, checked, the array grown by an
+        append; None when another job appended first (read it again)."""
+        given = sorted(k for k, v in self.creation.items() if v is not None and v != "auto")
+        if given:
+            raise WriteError(
+                "creation options were given for an array that exists",
+                expected="no shards, chunks, codecs, fill value, attributes or "
+                "dimension names when writing into an existing array",
+                found=f"{', '.join(given)} (mode={self.mode!r})",
+                array=self.name,
+                key=meta_key(self.path, arr),
+                advice="Leave them out (the array keeps its own), or replace the "
+                "array with mode='w'. Nothing was written.",
+            )
+        claim = None
+        if self.token is not None and arr.metadata.zarr_format == 3:
+            claim = claim_of(arr.metadata.attributes, self.token)
+        x, offset, new_shape = into_existing(x, arr, self.region, self.append_dim, self.name, claim)
+        grown = None if claim is not None else grown_grid(arr, x, self.append_dim, self.name)
+        if self.options.independent_writers:
+            check_guardable(
+                arr.store_path.store,
+                arr,
+                tuple((o, o + n) for o, n in zip(offset, x.shape, strict=True)),
+                x.dtype,
+                fresh=False,
+                append=self.append_dim is not None,
+                name=self.name,
+                key=meta_key(self.path, arr),
+            )
+        if new_shape == arr.shape:
+            return _Target(x, arr, offset, False, None, version)
+        if self.guard is None:
+            return _Target(x, grow(arr, new_shape, grown), offset, False, None, version)
+        assert version is not None and self.token is not None and self.append_dim is not None
+        axis = self.append_dim % x.ndim
+        rows = (self.token, axis, offset[axis], new_shape[axis])
+        grown_arr = grow_if(arr, new_shape, grown, self.guard, version, rows)
+        return None if grown_arr is None else _Target(x, grown_arr, offset, False, None, version)
+
+    def data(self, t: _Target, *, compute: bool, commit: str | None, return_stored: bool) -> Any:
+        """The data of ``t`` written (with ``compute=False``, the delayed that writes
+        it): :func:`store_arrays`, ended by the record of an append's claim taken out."""
+        finish: Callable[..., Any] = _done
+        if (
+            self.guard is not None
+            and self.append_dim is not None
+            and t.arr.metadata.zarr_format == 3
+        ):
+            key = t.version[0] if t.version else ""
+            finish = functools.partial(_released, self.guard[0], key, self.token or "")
+        appends = self.append_dim is not None and not t.fresh
+        written = store_arrays(
+            [t.x],
+            [t.arr],
+            [t.region],
+            options=self.options,
+            fresh=[t.fresh],
+            compute=compute,
+            session=self.session,
+            staged=t.staged,
+            finish=finish,
+            head=(t.arr,),
+            reported=functools.partial(self._append_reported, t, finish) if appends else None,
+        )
+        if self.session is not None:
+            return self.session.commit(commit) if compute and commit is not None else written
+        if return_stored:
+            stored = _stored(t.arr, t.offset, t.x.shape)
+            return stored if compute else _after(stored, written)
+        return written
+
+    @contextmanager
+    def _append_reported(self, t: _Target, finish: Any) -> Iterator[None]:
+        """A failure of an append's data step (its metadata has claimed the rows) as an
+        :class:`~shardwise.errors.IncompleteAppendError` naming them."""
+        try:
+            yield
+        except (ShardwiseError, OSError) as e:
+            assert self.append_dim is not None
+            axis = self.append_dim % len(t.offset)
+            dims = getattr(t.arr.metadata, "dimension_names", None) or ()
+            raise append_failed(
+                e,
+                name=self.name,
+                key=meta_key(self.path, t.arr),
+                dim=str(dims[axis]) if axis < len(dims) and dims[axis] else f"axis {axis}",
+                offset=t.offset,
+                shape=t.x.shape,
+                axis=axis,
+                recorded=finish is not _done,
+            ) from e
 
 
 def _stored(arr: Any, offset: tuple[int, ...], shape: tuple[int, ...]) -> Any:
@@ -328,478 +477,6 @@ def _first(value: Any, *_: Any) -> Any:
     return value
 
 
-def _given_shape_and_dtype(x: Any, extra: dict[str, Any], name: str) -> Any:
-    """``shape=`` and ``dtype=`` among zarr-python's arguments (dask lets them override
-    the array's): the shape must be the data's; the data is cast to the dtype (within
-    its kind, as into an existing array). Both are taken out of ``extra``."""
-    shape = extra.pop("shape", None)
-    if shape is not None and tuple(np.atleast_1d(shape).tolist()) != tuple(x.shape):
-        raise WriteError(
-            "shape= is not the data's shape",
-            expected=f"shape {x.shape} (or shape= left out)",
-            found=f"shape={shape!r}",
-            array=name,
-            advice="Slice or pad the data to the shape wanted. Nothing was written.",
-        )
-    dtype = extra.pop("dtype", None)
-    if dtype is None:
-        return x
-    dtype = np.dtype(dtype)
-    if not castable(x.dtype, dtype):
-        raise WriteError(
-            "dtype= cannot hold the data",
-            expected=f"a data type {x.dtype} casts to within its kind",
-            found=f"dtype={dtype}",
-            array=name,
-            advice=f"Cast it first: x.astype({str(dtype)!r}). Nothing was written.",
-        )
-    return x.astype(dtype, copy=False)
-
-
-def dask_call(
-    store: Any,
-    path: str | None,
-    component: str | None,
-    mode: str | None,
-    overwrite: bool | None,
-    storage_options: dict[str, Any] | None,
-    zarr_kwargs: dict[str, Any],
-) -> tuple[Any, str, str | None, dict[str, Any]]:
-    """``dask.array.to_zarr``'s way of saying where and how, as shardwise's: the store
-    and array path (``component``, or ``name`` among zarr-python's arguments, are
-    other names of ``path``; a ``zarr.Array`` as the store means that array, written
-    into), the mode (``overwrite=True`` is ``mode="w"``, ``overwrite=False``
-    ``mode="w-"``) and the rest of zarr-python's creation arguments."""
-    import zarr
-
-    kwargs = dict(zarr_kwargs)
-    given = {
-        k: v
-        for k, v in (("path", path), ("component", component), ("name", kwargs.pop("name", None)))
-        if v is not None
-    }
-    if len({str(v).strip("/") for v in given.values()}) > 1:
-        raise WriteError(
-            "the array's path was given twice, differently",
-            expected="one of path=, component= (dask's name) or name=",
-            found=", ".join(f"{k}={v!r}" for k, v in given.items()),
-            array=str(next(iter(given.values()))).strip("/") or "/",
-            advice="Give the path once. Nothing was written.",
-        )
-    where = str(next(iter(given.values()), "") or "")
-    if isinstance(store, zarr.Array):  # dask's to_zarr(x, z): into that array
-        if where.strip("/") or storage_options is not None:
-            raise WriteError(
-                "a zarr.Array target was given with a path or storage options",
-                expected="the zarr.Array alone (it knows its store and path)",
-                found=f"path={where!r}, storage_options={storage_options!r}",
-                array=store.path or "/",
-                advice="Leave path=/component= and storage_options= out. Nothing was written.",
-            )
-        store, where = store.store_path.store, store.path
-        if mode is None and overwrite is None:
-            mode = "r+"
-    if overwrite is not None:
-        if not isinstance(overwrite, bool):
-            raise WriteError(
-                "overwrite must be True or False",
-                expected="a bool (dask's and zarr-python's meaning)",
-                found=repr(overwrite),
-                array=where.strip("/") or "/",
-            )
-        wanted = "w" if overwrite else "w-"
-        if mode not in (None, wanted):
-            raise WriteError(
-                "overwrite= and mode= disagree",
-                expected=f"overwrite={overwrite} alone (it means mode={wanted!r}), or mode= alone",
-                found=f"overwrite={overwrite}, mode={mode!r}",
-                array=where.strip("/") or "/",
-                advice="Give one of them. Nothing was written.",
-            )
-        mode = wanted
-    return store, where, mode, kwargs
-
-
-def _mode(mode: str | None, region: Any, append_dim: Any, name: str) -> str:
-    mode = default_mode(mode, region, append_dim)
-    if mode == "r":  # in dask's words, which its users' code may look for
-        raise WriteError(
-            "Cannot use mode 'r' (read-only) when writing to zarr",
-            expected=f"one of {_MODES}",
-            found="mode='r'",
-            array=name,
-            advice="Use mode='w-' (the default) to create the array, 'w' to replace it.",
-        )
-    if mode not in _MODES:
-        raise WriteError("unknown mode", expected=f"one of {_MODES}", found=repr(mode), array=name)
-    if region is not None and append_dim is not None:
-        raise WriteError(
-            "region and append_dim were both given",
-            expected="one of them",
-            found=f"region={region!r}, append_dim={append_dim!r}",
-            array=name,
-        )
-    if region is not None and mode not in ("a", "r+"):
-        raise WriteError(
-            "a region write goes into an existing array",
-            expected="mode='r+' or 'a'",
-            found=f"mode={mode!r}",
-            array=name,
-        )
-    if append_dim is not None and mode != "a":
-        raise WriteError(
-            "an append goes into an existing array",
-            expected="mode='a'",
-            found=f"mode={mode!r}",
-            array=name,
-        )
-    return mode
-
-
-def _meta_key(path: str, arr: Any) -> str:
-    base = path.strip("/")
-    leaf = "zarr.json" if arr.metadata.zarr_format == 3 else ".zarray"
-    return f"{base}/{leaf}" if base else leaf
-
-
-def _existing(store: Any, path: str, storage_options: Any, mode: str, name: str) -> Any:
-    """The zarr-python array at ``path``, None when there is nothing; refuses what
-    ``mode`` does not allow."""
-    import zarr
-
-    try:
-        base = store_path(store, storage_options)
-    except FileNotFoundError:
-        base = None
-    node = None
-    if base is not None:
-        try:
-            node = zarr.open(base / path.strip("/"), mode="r")  # (as store_path opened it)
-        except (FileNotFoundError, KeyError):
-            node = None
-    if node is not None and not isinstance(node, zarr.Array):
-        raise WriteError(
-            "a group is where the array would go",
-            expected="an array, or nothing",
-            found=f"a Zarr group at {name!r}",
-            array=name,
-            advice="Choose another path. Nothing was written.",
-        )
-    if mode == "w":
-        return None
-    if node is not None and mode == "w-":
-        raise StoreExistsError(
-            "an array exists already",
-            expected="nothing at the path (mode='w-')",
-            found=f"a Zarr v{node.metadata.zarr_format} array of shape {node.shape} and "
-            f"dtype {node.dtype}",
-            array=name,
-            key=_meta_key(path, node),
-            advice="Use mode='w' to replace it, mode='a' with append_dim= to append, or "
-            "mode='r+' with region= to write part of it. Nothing was written.",
-        )
-    if node is None and mode == "r+":
-        raise WriteError(
-            "mode='r+' writes into an existing array",
-            expected=f"a Zarr array at {name!r}",
-            found="nothing there",
-            array=name,
-            advice="Create it with mode='w-'. Nothing was written.",
-        )
-    if node is None:
-        return None
-    return zarr.open_array(store, path=path, mode="r+", storage_options=storage_options)
-
-
-def _axis_sizes(spec: Any, x: Any, what: str, name: str, default: Sequence[int]) -> tuple[int, ...]:
-    """Sizes per axis from a tuple (``-1``/None: the whole axis, or ``default``), a dict
-    by axis number, or one int for every axis."""
-    ndim = x.ndim
-    if isinstance(spec, int | np.integer) and not isinstance(spec, bool):
-        sizes: list[Any] = [int(spec)] * ndim
-    elif isinstance(spec, Mapping):
-        sizes = list(default)
-        for value, n in spec.items():
-            if (axis := axis_of(value, ndim)) is None:
-                raise no_axis(WriteError, f"a key of {what}", value, ndim, name)
-            sizes[axis] = n
-    elif isinstance(spec, Sequence) and not isinstance(spec, str):
-        if len(spec) != ndim:
-            raise WriteError(
-                f"{what} have the wrong number of axes",
-                expected=f"{ndim} sizes, one per axis of shape {x.shape}",
-                found=f"{what}={tuple(spec)!r}",
-                array=name,
-            )
-        sizes = list(spec)
-    else:
-        raise WriteError(
-            f"unknown {what}",
-            expected='a tuple of sizes, a dict by axis number, an int or "auto"',
-            found=repr(spec),
-            array=name,
-        )
-    out = []
-    for axis, (n, d) in enumerate(zip(sizes, default, strict=True)):
-        if n is None or n == -1:
-            n = max(1, x.shape[axis]) if what == "shards" else d
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise WriteError(
-                f"{what} sizes must be positive integers",
-                expected="an int >= 1 (or -1 for the whole axis) per axis",
-                found=f"{n!r} along axis {axis}",
-                array=name,
-            )
-        out.append(int(n))
-    return tuple(out)
-
-
-def _new_array(x: Any, name: str, shards: Any, chunks: Any, zarr_format: int) -> GridPlan:
-    itemsize = x.dtype.itemsize
-    whole = tuple(max(1, n) for n in x.shape)
-    if zarr_format == 2:
-        if shards not in (None, "dask"):
-            raise WriteError(
-                "Zarr v2 has no shards",
-                expected="shards left out with zarr_format=2",
-                found=f"shards={shards!r}",
-                array=name,
-                advice="Write Zarr v3 (the default) to shard.",
-            )
-        blocks = dask_grid(x.chunks)
-        inner = (
-            blocks if chunks in (None, "auto") else _axis_sizes(chunks, x, "chunks", name, whole)
-        )
-        return GridPlan(None, None, inner)
-    if shards is None or shards == "dask":
-        if 0 in x.shape or all(rl.is_regular(b) for b in x.chunks):
-            grid = dask_grid(x.chunks)
-            return GridPlan(grid, None, _inner(x, name, chunks, grid, itemsize))
-        dims = [f"axis {i}" for i in range(x.ndim)]
-        edges = dask_edges(name, dims, x.chunks)
-        if chunks in (None, "auto"):
-            inner = rl.auto_inner(name, dims, edges, x.shape, itemsize, chunk_target())
-        else:
-            inner = _axis_sizes(chunks, x, "chunks", name, whole)
-        edges = padded_edges(edges, inner)
-        rl.check_inner(name, dims, edges, inner, x.shape)
-        rl.check_supported(name, edges)
-        return GridPlan(None, edges, inner)
-    if shards == "auto":
-        grid = auto_shards(x.shape, itemsize, x.chunks)
-    else:
-        grid = _axis_sizes(shards, x, "shards", name, whole)
-    return GridPlan(grid, None, _inner(x, name, chunks, grid, itemsize))
-
-
-def _inner(x: Any, name: str, chunks: Any, grid: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    if chunks in (None, "auto"):
-        return auto_chunks(grid, itemsize, x.chunks)
-    inner = _axis_sizes(chunks, x, "chunks", name, grid)
-    for axis, (s, c) in enumerate(zip(grid, inner, strict=True)):
-        if s % c:
-            fits = max(d for d in range(1, c + 1) if s % d == 0)
-            raise WriteError(
-                "the inner chunk size does not divide the shard size",
-                expected=f"an inner chunk size along axis {axis} that divides the shard size {s}",
-                found=f"inner chunks {inner} in shards {grid}",
-                array=name,
-                advice=f"Use e.g. {fits} along axis {axis}, or chunks='auto'. Nothing was written.",
-            )
-    return inner
-
-
-def _into_existing(
-    x: Any,
-    arr: Any,
-    region: Any,
-    append_dim: int | None,
-    name: str,
-    claim: tuple[int, int, int] | None = None,
-) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
-    """The data cast to the array's dtype, where it goes, and the array's shape after
-    the write. ``claim``: the rows an earlier run of this append claimed and did not
-    write, ``(axis, start, stop)``: the data goes there, and the array does not grow."""
-    key = _meta_key(arr.path, arr)
-    if x.ndim != arr.ndim:
-        raise WriteError(
-            "the data has another number of axes than the array",
-            expected=f"{arr.ndim} axes (shape {arr.shape})",
-            found=f"{x.ndim} axes (shape {x.shape})",
-            array=name,
-            key=key,
-        )
-    if not castable(x.dtype, arr.dtype):
-        raise WriteError(
-            "the data type cannot be written into the array",
-            expected=f"data castable to {arr.dtype} (same kind)",
-            found=str(x.dtype),
-            array=name,
-            key=key,
-            advice=f"Cast it first: x.astype({str(arr.dtype)!r}). Nothing was written.",
-        )
-    x = x.astype(arr.dtype, copy=False)
-    shape = tuple(arr.shape)
-    if append_dim is not None:
-        if (axis := axis_of(append_dim, x.ndim)) is None:
-            raise no_axis(WriteError, "append_dim", append_dim, x.ndim, name, key)
-        others = [i for i in range(x.ndim) if i != axis and x.shape[i] != shape[i]]
-        if others:
-            raise WriteError(
-                "the appended data does not match the array along the other axes",
-                expected=f"shape {tuple('*' if i == axis else n for i, n in enumerate(shape))}",
-                found=f"shape {x.shape}",
-                array=name,
-                key=key,
-            )
-        if claim is not None and claim[0] == axis and claim[2] - claim[1] == x.shape[axis]:
-            return x, tuple(claim[1] if i == axis else 0 for i in range(x.ndim)), shape
-        offset = tuple(shape[axis] if i == axis else 0 for i in range(x.ndim))
-        new = tuple(n + x.shape[axis] if i == axis else n for i, n in enumerate(shape))
-        return x, offset, new
-    if region is None:
-        region = (slice(None),) * x.ndim
-    sl = _region(region, shape, name, key)
-    want = tuple(s.stop - s.start for s in sl)
-    if want != x.shape:
-        raise WriteError(
-            "the data does not fit the region",
-            expected=f"shape {want} (region {tuple((s.start, s.stop) for s in sl)})",
-            found=f"shape {x.shape}",
-            array=name,
-            key=key,
-        )
-    return x, tuple(s.start for s in sl), shape
-
-
-def _region(region: Any, shape: tuple[int, ...], name: str, key: str) -> tuple[slice, ...]:
-    ndim = len(shape)
-    if isinstance(region, Mapping):
-        per = [slice(None)] * ndim
-        for value, sl in region.items():
-            if (axis := axis_of(value, ndim)) is None:
-                raise no_axis(WriteError, "a key of region", value, ndim, name, key)
-            per[axis] = sl
-    else:
-        per = list(region) if isinstance(region, tuple | list) else [region]
-        if len(per) > ndim:
-            raise WriteError(
-                "region has more axes than the array",
-                expected=f"at most {ndim} slices",
-                found=repr(region),
-                array=name,
-                key=key,
-            )
-        per += [slice(None)] * (ndim - len(per))
-    out = []
-    for axis, (s, n) in enumerate(zip(per, shape, strict=True)):
-        if not isinstance(s, slice) or s.step not in (None, 1):
-            raise WriteError(
-                "region must be slices of step 1",
-                expected="a slice per axis",
-                found=f"{s!r} along axis {axis}",
-                array=name,
-                key=key,
-            )
-        bounds = region_bounds(s, n)
-        if bounds is None:
-            raise WriteError(
-                "region reaches past the array",
-                expected=f"slices within 0..{n} along axis {axis}",
-                found=repr(s),
-                array=name,
-                key=key,
-                advice="Grow the array with append_dim= first. Nothing was written.",
-            )
-        start, stop = bounds
-        out.append(slice(start, max(start, stop)))
-    return tuple(out)
-
-
-def _create(
-    store: Any,
-    path: str,
-    x: Any,
-    plan: GridPlan,
-    creation: Mapping[str, Any],
-    zarr_format: int,
-    mode: str,
-    storage_options: Any,
-    write_empty_chunks: bool | None,
-    *,
-    staged: bool,
-) -> tuple[Any, StagedWrite | None]:
-    """The new array, created by zarr-python: on a :class:`StagedWrite`'s view when
-    ``staged`` (its metadata put after its data; the array returned is on the store),
-    and that write."""
-    import inspect
-
-    import zarr
-
-    kwargs: dict[str, Any] = {
-        k: creation[k] for k in ("compressors", "filters", "serializer") if creation[k] is not None
-    }
-    kwargs.update({k: v for k, v in creation.items() if k not in _CREATION and v is not None})
-    config: Any = dict(kwargs.pop("config", None) or {})
-    if write_empty_chunks is not None:
-        config["write_empty_chunks"] = bool(write_empty_chunks)
-    shards = plan.shards
-    if plan.edges is not None:  # created regular, then its grid written (below)
-        shards = plan.inner
-    arguments = {
-        "name": path.strip("/") or None,
-        "shape": x.shape,
-        "dtype": x.dtype,
-        "chunks": plan.inner,
-        "shards": shards,
-        "fill_value": creation["fill_value"],
-        "attributes": dict(creation["attributes"] or {}),
-        "dimension_names": creation["dimension_names"],
-        "zarr_format": 2 if zarr_format == 2 else 3,
-        "overwrite": mode == "w",
-        "config": config,
-        **kwargs,
-    }
-    staging = None
-    try:
-        # (an argument create_array does not take, refused before the store is opened)
-        inspect.signature(zarr.create_array).bind(store, **arguments)
-        if staged:
-            staging = staged_write(store, storage_options, path, replaces=mode == "w")
-            arr = zarr.create_array(staging.view(), **arguments)
-        else:
-            arr = zarr.create_array(store, storage_options=storage_options, **arguments)
-    except TypeError as e:  # an argument create_array does not take
-        raise ArgumentError(
-            "zarr-python's create_array refused an argument",
-            found=str(e),
-            array=path.strip("/") or "/",
-            advice="Check the spelling against zarr.create_array's arguments. Nothing was written.",
-        ) from e
-    except ValueError as e:
-        raise WriteError(
-            "zarr-python refused the array",
-            found=f"{type(e).__name__}: {e}",
-            array=path.strip("/") or "/",
-            advice="Check the codecs, fill value and dimension names.",
-        ) from e
-    if plan.edges is not None:
-        arr = write_grid(arr, plan.edges)
-    return (arr, None) if staging is None else (staging.bind(arr), staging)
-
-
-def _appended_grid(arr: Any, x: Any, append_dim: int | None, name: str) -> list[Any] | None:
-    """The rectilinear grid after an append (the appended dask chunks become shards),
-    checked; None for a regular grid, which only grows."""
-
-    if append_dim is None or not rectilinear(arr.metadata):
-        return None
-    axis = int(append_dim) % arr.ndim
-    dims = [f"axis {i}" for i in range(x.ndim)]
-    rl.check_blocks(name, dims, x.chunks)
-    return appended_grid(arr.metadata, name, dims, axis, x.chunks[axis])
-
-
 def _done(arr: Any, *_: Any) -> Any:
     """The end of a write: the array written."""
     return arr
@@ -810,12 +487,3 @@ def _released(guard: Any, key: str, token: str, arr: Any, *_: Any) -> Any:
     array's ``zarr.json`` at ``key`` (its rows are written); the array written."""
     release(guard, key, token)
     return arr
-
-
-def is_array(obj: Any) -> bool:
-    """Whether ``obj`` is a dask array (and not an xarray object)."""
-    try:
-        import dask.array as da
-    except ImportError:  # pragma: no cover - dask is a dependency
-        return False
-    return isinstance(obj, da.Array)

@@ -24,7 +24,7 @@ import numpy as np
 import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.errors import ShardwiseError, WriteError
-from shardwise.format.grid import DEFAULT_CHUNK_BYTES, target_bytes
+from shardwise.format.grid import target_bytes
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.graph.options import WriteOptions
@@ -46,7 +46,6 @@ __all__ = [
     "data_write",
     "default_format",
     "default_mode",
-    "independent_writers",
     "no_axis",
     "padded_edges",
     "rectilinear",
@@ -159,7 +158,7 @@ def dask_edges(
 def chunk_target() -> int:
     """The inner chunk size aimed at, in bytes: dask config ``shardwise.chunk-bytes``
     (1 MiB), for :func:`shardwise.format.rectilinear.auto_inner` and the like."""
-    return target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+    return target_bytes("chunk-bytes")
 
 
 def padded_edges(
@@ -230,23 +229,6 @@ def castable(new: Any, old: Any) -> bool:
 
 
 # -- other jobs writing the same array -------------------------------------------------------
-def independent_writers(value: bool | None) -> bool:
-    """``to_zarr``'s ``independent_writers``: None takes dask config
-    ``shardwise.independent-writers`` (default True: other jobs may write the array at
-    the same time)."""
-    if value is None:
-        import dask.config
-
-        value = dask.config.get("shardwise.independent-writers", True)
-    if not isinstance(value, bool):
-        raise WriteError(
-            "unknown independent_writers",
-            expected="True (other jobs may write the array at the same time) or False",
-            found=repr(value),
-        )
-    return value
-
-
 def cuts_shards(layout: Any, box: Sequence[tuple[int, int]]) -> bool:
     """Whether a write of ``box`` covers some shard (or chunk of an unsharded array) in
     part: a shard it would merge into what is stored."""

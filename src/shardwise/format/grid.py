@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+import shardwise.config as config
 from shardwise.errors import TooLargeError
 
 __all__ = [
@@ -481,18 +482,9 @@ def check_chunks_per_shard(
     return n
 
 
-DEFAULT_SHARD_BYTES = "128 MiB"
-
-
-DEFAULT_CHUNK_BYTES = "1 MiB"
-
-
-def target_bytes(key: str, default: str) -> int:
-    import dask.config
-    from dask.utils import parse_bytes
-
-    value = dask.config.get(key, default)
-    return int(parse_bytes(value) if isinstance(value, str) else value)
+def target_bytes(name: str) -> int:
+    """The size setting ``shardwise.<name>`` in bytes (see :mod:`shardwise.config`)."""
+    return config.get_bytes(name)
 
 
 def _regular(sizes: tuple[int, ...]) -> int | None:
@@ -519,7 +511,7 @@ def auto_shards(
     shard may reach past the array's end); when one block is already larger than the
     target, the shard is a divisor of the block."""
     if target is None:
-        target = target_bytes("shardwise.shard-bytes", DEFAULT_SHARD_BYTES)
+        target = target_bytes("shard-bytes")
     base = []
     for i, n in enumerate(shape):
         b = None if blocks is None else _regular(blocks[i])
@@ -544,7 +536,7 @@ def auto_chunks(
     blocks. With ``sharded=False``, ``outer`` is the array's shape and the result is a
     plain chunk shape, built from whole blocks."""
     if target is None:
-        target = target_bytes("shardwise.chunk-bytes", DEFAULT_CHUNK_BYTES)
+        target = target_bytes("chunk-bytes")
     unit = []
     for i, s in enumerate(outer):
         b = None if blocks is None else _regular(blocks[i])

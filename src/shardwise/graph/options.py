@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+import shardwise.config as config
 from shardwise.errors import WriteError
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.plan import check_encode_split, check_shards_per_task
@@ -29,6 +30,10 @@ class WriteOptions:
     - ``write_empty_chunks``: ``None`` (default: zarr-python's ``array.write_empty_chunks``
       setting), or whether inner chunks that hold only the fill value are stored.
     - ``progress``: show a progress bar while the data are written.
+    - ``independent_writers``: whether other jobs may write the same arrays while this
+      one runs: ``None`` (default) takes dask config ``shardwise.independent-writers``
+      (itself True); held resolved, as a bool. True: shards merged with what is stored,
+      and the metadata an append grows, are put only if unchanged since read.
     """
 
     write_order: str = "morton"
@@ -36,8 +41,19 @@ class WriteOptions:
     encode_split: int | str | None = None
     write_empty_chunks: bool | None = None
     progress: bool = False
+    independent_writers: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.independent_writers is None:
+            configured = config.get("independent-writers")
+            object.__setattr__(self, "independent_writers", configured)
+        if not _is_bool(self.independent_writers):
+            raise _refused(
+                "independent_writers",
+                "True (other jobs may write the arrays at the same time) or False",
+                self.independent_writers,
+            )
+        object.__setattr__(self, "independent_writers", bool(self.independent_writers))
         if self.write_order not in WRITE_ORDERS:
             raise _refused("write_order", f"one of {WRITE_ORDERS}", self.write_order)
         if self.shards_per_task is not None:

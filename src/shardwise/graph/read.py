@@ -334,6 +334,27 @@ def _read_index(reader: ArrayReader, shard: tuple[int, ...]) -> IndexEntry:
     return reader.index_entry(shard)
 
 
+def _cut_shards(layout: Any, starts: list[list[int]], name: str) -> list[set[int]]:
+    """Per dimension, the shards a chunk boundary (``starts``: each dimension's chunk
+    starts and end) cuts. A shard is shared (read by two or more tasks, so it gets an
+    index task) when a boundary cuts it along some dimension: worked out per dimension
+    from the boundaries, without listing every shard (a chunk may span millions).
+    Refuses more index tasks than a graph may hold."""
+    cut: list[set[int]] = [set() for _ in starts]
+    if not layout.sharded:
+        return cut
+    for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
+        inside = [b for b in bounds[1:-1] if 0 < b < dim.extent]
+        hit = dim.shard_of(np.asarray(inside, dtype=np.int64))
+        here.update(int(s) for s, b in zip(hit, inside, strict=True) if dim.shard_start(s) != b)
+    nshards = [dim.nshards for dim in layout.dims]
+    uncut = math.prod(n - len(c) for n, c in zip(nshards, cut, strict=True))
+    if (n := math.prod(nshards) - uncut) > MAX_CHUNKS:
+        where = "(one per shard that several dask chunks share)"
+        raise _too_many(n, where, name, "index tasks")
+    return cut
+
+
 def fanout_array(
     reader: ArrayReader,
     source: Any,
@@ -379,20 +400,7 @@ def fanout_array(
     reader_arg: Any = reader if inline_array else TaskRef(reader_key)
 
     starts = [[0, *itertools.accumulate(c)] for c in chunks]
-    # A shard is shared (read by two or more tasks, so it gets an index task) when a
-    # chunk boundary cuts it along some dimension: work out the cut shards per dimension
-    # from the boundaries, without listing every shard (a chunk may span millions).
-    cut: list[set[int]] = [set() for _ in chunks]
-    if sharded:
-        for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
-            inside = [b for b in bounds[1:-1] if 0 < b < dim.extent]
-            hit = dim.shard_of(np.asarray(inside, dtype=np.int64))
-            here.update(int(s) for s, b in zip(hit, inside, strict=True) if dim.shard_start(s) != b)
-        nshards = [dim.nshards for dim in layout.dims]
-        uncut = math.prod(n - len(c) for n, c in zip(nshards, cut, strict=True))
-        if (n := math.prod(nshards) - uncut) > MAX_CHUNKS:
-            where = "(one per shard that several dask chunks share)"
-            raise _too_many(n, where, name, "index tasks")
+    cut = _cut_shards(layout, starts, name)
 
     # per dimension and block: the shards its span touches, and those of them (its first
     # and last) that a chunk boundary cuts; worked out once per dimension, not per chunk

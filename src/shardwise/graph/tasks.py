@@ -26,6 +26,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+import shardwise.config as config
 from shardwise.codecs import ShardDecoder
 from shardwise.errors import ConflictError, WriteError
 from shardwise.format.grid import ChunkRead
@@ -310,9 +311,7 @@ def retries() -> int:
     """How many times a shard task tries a conditional put before it gives up: dask
     config ``shardwise.write-retries`` (default 100: with pauses of up to 1 s, about a
     minute of losing to other jobs before giving up)."""
-    import dask.config
-
-    value = dask.config.get("shardwise.write-retries", 100)
+    value = config.get("write-retries")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise WriteError(
             "unknown dask config shardwise.write-retries",

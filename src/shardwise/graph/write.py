@@ -53,6 +53,7 @@ import numpy as np
 from dask.delayed import Delayed
 
 import shardwise._compat as _compat
+import shardwise.config as config
 from shardwise._gc import paused_gc
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.shard import WRITE_ORDERS
@@ -217,11 +218,10 @@ def encode_split_chunks(
     ``2 * threads / shards`` parts per shard, each of at least :data:`SPLIT_BYTES`: few
     large shards then keep every thread busy, while a write of more shards than
     threads, or of small shards, is left as it is (one task per block)."""
-    import dask.config
 
     check_encode_split(value)
     if value is None:
-        value = dask.config.get("shardwise.encode-split", "auto")
+        value = config.get("encode-split")
         check_encode_split(value)
     if not layout.sharded or any(0 in c for c in chunks):
         return None
@@ -374,6 +374,50 @@ def _stored_layer(
     return layers, deps
 
 
+def _tasks_of(
+    source: Any,
+    info: ArrayInfo,
+    offset: Sequence[int] | None,
+    shards_per_task: int | str,
+    encode_split: int | str | None,
+) -> tuple[Any, int, Any, Any, tuple[tuple[int, ...], ...]]:
+    """How a write's blocks become encode tasks: the source (cut by ``encode_split``,
+    :func:`encode_split_chunks`), the shards per task, the cut, the groups of blocks
+    one task writes (:func:`batch_bounds`; None: a task per block) and the chunks the
+    write plan sees (a group's blocks as one)."""
+    per_task = _shards_per_task(shards_per_task, info)
+    cut = encode_split_chunks(source.chunks, info.layout, offset, encode_split, info.dtype.itemsize)
+    if cut is not None:
+        source = _split_source(source, cut)
+        per_task = 1
+    groups = None
+    if per_task > 1:
+        groups = batch_bounds(info.layout, source.chunks, offset, per_task)
+        if all(len(g) - 1 == len(c) for g, c in zip(groups, source.chunks, strict=True)):
+            groups = None  # every block is a group of its own already
+    chunks = source.chunks
+    if groups is not None:
+        chunks = tuple(
+            tuple(sum(c[a:b]) for a, b in itertools.pairwise(g))
+            for g, c in zip(groups, source.chunks, strict=True)
+        )
+    return source, per_task, cut, groups, chunks
+
+
+def _layer_names(*parts: Any) -> dict[str, str]:
+    """The names of a write's layers, by part. Every write is its own action: two writes
+    must never share dask keys (a store's name need not say which endpoint or account it
+    reaches, so two stores of one name would otherwise get one write when computed
+    together), so the token is of ``parts`` and a random string."""
+    from dask.base import tokenize
+
+    token = tokenize(*parts, uuid.uuid4().hex)
+    return {
+        part: f"shardwise-{part}-{token}"
+        for part in ("target", "encode", "split", "shard", "session", "done")
+    }
+
+
 def store_dask_array(
     source: Any,
     store: Any,
@@ -420,38 +464,20 @@ def store_dask_array(
     ``encode_split`` splits the encoding of each shard into about that many tasks,
     where few shards would leave threads idle (:func:`encode_split_chunks`); ``None``
     takes dask config ``shardwise.encode-split`` (default ``"auto"``)."""
-    from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
     from dask.task_spec import DataNode, Task, TaskRef
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
-    per_task = _shards_per_task(shards_per_task, info)
     # an array this write created has no other writer (and is written as before)
     guarded = guarded and not fresh
-    cut = encode_split_chunks(source.chunks, info.layout, offset, encode_split, info.dtype.itemsize)
-    if cut is not None:
-        source = _split_source(source, cut)
-        per_task = 1
-    groups = None
-    if per_task > 1:
-        groups = batch_bounds(info.layout, source.chunks, offset, per_task)
-        if all(len(g) - 1 == len(c) for g, c in zip(groups, source.chunks, strict=True)):
-            groups = None  # every block is a group of its own already
-    chunks = source.chunks
-    if groups is not None:
-        chunks = tuple(
-            tuple(sum(c[a:b]) for a, b in itertools.pairwise(g))
-            for g, c in zip(groups, source.chunks, strict=True)
-        )
+    source, per_task, cut, groups, chunks = _tasks_of(
+        source, info, offset, shards_per_task, encode_split
+    )
     plan = plan_write(info.layout, chunks, offset, open_end=guarded)
-    # every write is its own action: two writes must never share dask keys (a store's
-    # name need not say which endpoint or account it reaches, so two stores of one name
-    # would otherwise get one write when computed together)
-    token = tokenize(
+    names = _layer_names(
         source,
         store_token(store),
-        uuid.uuid4().hex,
         info.path,
         plan.offset,
         write_empty_chunks,
@@ -462,10 +488,6 @@ def store_dask_array(
         sessions,
         guarded,
     )
-    names = {
-        part: f"shardwise-{part}-{token}"
-        for part in ("target", "encode", "split", "shard", "session", "done")
-    }
     target = WriteTarget(
         store,
         info,

@@ -6,7 +6,7 @@ That owner is :class:`ProcessIndexes`, one per process (:func:`process_indexes`)
 
 - its **lifetime** is the process's. It is made when this module is imported; its cache
   is made on first use (a read, :func:`index_cache`, :func:`set_index_cache_size` or
-  :func:`clear_index_cache`), reading ``SHARDWISE_INDEX_CACHE_BYTES`` then. A child
+  :func:`clear_index_cache`), reading its bound then (:func:`shardwise.config.index_cache_bytes`). A child
   process started by ``fork`` keeps the cached indexes (each keyed by the opened array
   it belongs to, so still right) but starts with no supplied indexes and no loads under
   way, and with fresh locks: the tasks and loads that held them ran in the parent's
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+import shardwise.config as config
+
 if TYPE_CHECKING:
     from shardwise.io.conditional import Version
 
 __all__ = [
-    "CACHE_BYTES_VARIABLE",
-    "DEFAULT_CACHE_BYTES",
     "IN_FLIGHT",
     "SUPPLIED",
     "InFlight",
@@ -53,12 +53,6 @@ __all__ = [
     "process_indexes",
     "set_index_cache_size",
 ]
-
-CACHE_BYTES_VARIABLE = "SHARDWISE_INDEX_CACHE_BYTES"
-"""The environment variable bounding the cache (in bytes) when it is made."""
-
-DEFAULT_CACHE_BYTES = 64 << 20
-"""The cache's bound when the environment does not set one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +285,8 @@ class InFlight:
 class ProcessIndexes:
     """The owner of what this process keeps of shard indexes (see the module
     docstring for its lifetime and thread safety): ``cache``, the :class:`IndexCache`
-    (made on first use, bounded by ``SHARDWISE_INDEX_CACHE_BYTES`` read then, 64 MiB
-    by default); ``supplied``, the :class:`SuppliedIndexes` of the running read tasks;
+    (made on first use, bounded by ``SHARDWISE_INDEX_CACHE_BYTES`` or dask config
+    ``shardwise.index-cache-bytes`` read then, 64 MiB by default); ``supplied``, the :class:`SuppliedIndexes` of the running read tasks;
     ``in_flight``, the :class:`InFlight` loads."""
 
     def __init__(self) -> None:
@@ -307,8 +301,7 @@ class ProcessIndexes:
         if cache is None:
             with self._lock:
                 if self._cache is None:
-                    bound = os.environ.get(CACHE_BYTES_VARIABLE, DEFAULT_CACHE_BYTES)
-                    self._cache = IndexCache(int(bound))
+                    self._cache = IndexCache(config.index_cache_bytes())
                 cache = self._cache
         return cache
 
@@ -337,8 +330,9 @@ def process_indexes() -> ProcessIndexes:
 
 
 def index_cache() -> IndexCache:
-    """This process's shard-index cache (64 MiB by default, or the
-    ``SHARDWISE_INDEX_CACHE_BYTES`` environment variable)."""
+    """This process's shard-index cache (64 MiB by default, or dask config
+    ``shardwise.index-cache-bytes``, or the ``SHARDWISE_INDEX_CACHE_BYTES`` environment
+    variable)."""
     return _PROCESS.cache
 
 

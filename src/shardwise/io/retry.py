@@ -25,6 +25,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import shardwise.config as config
+
 __all__ = ["RetryPolicy", "count", "policy", "retried", "retrying", "transient"]
 
 _STATUSES = frozenset({500, 502, 503, 504})
@@ -60,10 +62,8 @@ class RetryPolicy:
 def policy() -> RetryPolicy:
     """The policy from dask config ``shardwise.store-retries`` (tries in all, default
     10) and ``shardwise.store-retry-seconds`` (default 120)."""
-    import dask.config
-
-    attempts = dask.config.get("shardwise.store-retries", 10)
-    seconds = dask.config.get("shardwise.store-retry-seconds", 120.0)
+    attempts = config.get("store-retries")
+    seconds = config.get("store-retry-seconds")
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         raise ValueError(
             f"dask config shardwise.store-retries must be an int >= 1, got {attempts!r}"

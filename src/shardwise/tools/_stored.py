@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+import shardwise.config as config
 from shardwise.codecs import index_format_from_codecs
 from shardwise.errors import CorruptShardError
 from shardwise.format.grid import check_chunks_per_shard
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
     from shardwise.format.metadata import ArrayInfo
 
 __all__ = [
-    "DEFAULT_BATCH",
-    "DEFAULT_CONCURRENCY",
     "Sizes",
     "Stored",
     "index_format",
@@ -48,8 +47,6 @@ __all__ = [
     "stored",
 ]
 
-DEFAULT_BATCH = 1000  # stored shards per dask task (dask config "shardwise.inventory-batch")
-DEFAULT_CONCURRENCY = 64  # requests in flight per batch ("shardwise.inventory-concurrency")
 # documents that live beside an array's chunks and are none of them
 _DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"})
 Sizes = npt.NDArray[np.int64]  # stored bytes per inner chunk of a shard, -1 where absent
@@ -217,8 +214,8 @@ def probe(
     import dask
     import dask.config
 
-    batch = max(1, int(dask.config.get("shardwise.inventory-batch", DEFAULT_BATCH)))
-    concurrency = int(dask.config.get("shardwise.inventory-concurrency", DEFAULT_CONCURRENCY))
+    batch = max(1, int(config.get("inventory-batch")))
+    concurrency = int(config.get("inventory-concurrency"))
     if concurrency < 1:
         raise ValueError(f"shardwise.inventory-concurrency must be >= 1, got {concurrency}")
     sizes: Sequence[int | None] = found.sizes or [None] * len(found.keys)

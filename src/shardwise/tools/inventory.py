@@ -23,9 +23,9 @@ of its shards' sizes.
 whose grid has 10**14 shards of which a few are stored costs a few index reads. An
 :func:`inventory` is a Dataset with a cell per inner chunk of the *whole* grid: it is
 refused (:class:`~shardwise.errors.TooLargeError`, before its indexes are read) when
-the grid holds more than ``shardwise.inventory-cells`` (dask config, default
-:data:`INVENTORY_CELLS`) inner chunks and more than :data:`INVENTORY_SPARSITY` times
-the inner chunks of the shards stored.
+the grid holds more than ``shardwise.inventory-cells`` (dask config, default 2**24:
+about 17 bytes a cell, twice that while the grid is built, 0.5 GiB) inner chunks and
+more than :data:`INVENTORY_SPARSITY` times the inner chunks of the shards stored.
 
 This module builds the Dataset and its totals and prints them (:func:`summary`); what is
 stored is found by :mod:`shardwise.tools._stored` (the listing and the index reads), the
@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+import shardwise.config as config
 from shardwise.codecs import codec_name
 from shardwise.errors import ShardwiseError, TooLargeError
 from shardwise.format.grid import INT64_MAX
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from shardwise.format.metadata import ArrayInfo
 
 __all__ = [
-    "INVENTORY_CELLS",
     "INVENTORY_SPARSITY",
     "ArrayChoiceError",
     "inventories",
@@ -80,12 +80,8 @@ __all__ = [
     "totals",
 ]
 
-INVENTORY_CELLS = 2**24
-"""Inner chunks an :func:`inventory`'s grid may always have ("shardwise.inventory-cells"
-in dask config): its Dataset takes about 17 bytes a cell (``stored_bytes``, ``present``,
-``shard``), twice that while it is built: 0.5 GiB at this size."""
 INVENTORY_SPARSITY = 64
-"""Past :data:`INVENTORY_CELLS`, the grid of an :func:`inventory` may have at most this
+"""Past ``shardwise.inventory-cells``, the grid of an :func:`inventory` may have at most this
 many inner chunks per inner chunk of the shards stored: its memory then stays in
 proportion to what is stored (whose indexes are read anyway, 16 bytes a cell)."""
 
@@ -216,7 +212,7 @@ def inventory(
     chunk per shard: its chunks. Raises the error a read would for a damaged index, and
     :class:`~shardwise.errors.TooLargeError` (before any index is read) for a grid far
     larger than what is stored: more than ``shardwise.inventory-cells`` (dask config,
-    default :data:`INVENTORY_CELLS`) inner chunks and more than
+    default 2**24) inner chunks and more than
     :data:`INVENTORY_SPARSITY` per inner chunk of the stored shards; :func:`info` gives
     its totals.
     """
@@ -277,13 +273,12 @@ def _inventory(src: Source, info: ArrayInfo, *, progress: bool = False) -> xr.Da
 def _check_grid(info: ArrayInfo, found: Stored) -> None:
     """Refuse an inventory whose grid is far larger than what is stored (see the module
     docstring), before its indexes are read or a cell of it is allocated."""
-    import dask.config
 
     layout = info.layout
     per_dim = layout.ninner
     # an empty dimension leaves no cells, but the others' coordinates are still listed
     cells = max(math.prod(per_dim), max(per_dim, default=0))
-    limit = int(dask.config.get("shardwise.inventory-cells", INVENTORY_CELLS))
+    limit = int(config.get("inventory-cells"))
     if cells <= limit:
         return
     in_stored = sum(math.prod(layout.chunks_per_shard(s)) for s in found.shards)

@@ -387,6 +387,43 @@ def reshard(
     return report.add(stats)
 
 
+def _chosen(
+    source: Source, variables: Sequence[str] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The arrays of ``source`` to reshard (``variables``, or all): those it reads, and
+    those it cannot (copied whole, or named); refuses names it does not have."""
+    chosen = dict(source.arrays)
+    unreadable = dict(source.unreadable)
+    if variables is None:
+        return chosen, unreadable
+    wanted = [node_path(v.strip("/")) for v in variables]
+    missing = [v for v in wanted if v not in chosen and v not in unreadable]
+    if missing:
+        raise WriteError(
+            "variables names arrays the source does not have",
+            expected=f"some of {sorted([*chosen, *unreadable])}",
+            found=str(missing),
+        )
+    chosen = {k: v for k, v in chosen.items() if k in wanted}
+    unreadable = {k: v for k, v in unreadable.items() if k in wanted}
+    return chosen, unreadable
+
+
+def _resumes(exists: bool, mode: str, resume: bool) -> bool:
+    """Whether the run resumes: ``resume`` where the destination ``exists`` (holds a
+    zarr.json); refuses an existing destination with ``mode="w-"`` and no ``resume``."""
+    if exists and mode == "w-" and not resume:
+        raise StoreExistsError(
+            "the destination holds Zarr data already",
+            expected="no zarr.json at the destination",
+            found="a zarr.json",
+            key="zarr.json",
+            advice="Pass resume=True (shardwise reshard --resume) to complete an interrupted "
+            "reshard, or mode='w' (--overwrite) to replace it.",
+        )
+    return resume and exists  # (nothing to resume: a fresh run)
+
+
 def prepare(
     source: Source,
     dst: Any,
@@ -417,19 +454,7 @@ def prepare(
     from zarr.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
-    chosen = dict(source.arrays)
-    unreadable = dict(source.unreadable)
-    if variables is not None:
-        wanted = [node_path(v.strip("/")) for v in variables]
-        missing = [v for v in wanted if v not in chosen and v not in unreadable]
-        if missing:
-            raise WriteError(
-                "variables names arrays the source does not have",
-                expected=f"some of {sorted([*chosen, *unreadable])}",
-                found=str(missing),
-            )
-        chosen = {k: v for k, v in chosen.items() if k in wanted}
-        unreadable = {k: v for k, v in unreadable.items() if k in wanted}
+    chosen, unreadable = _chosen(source, variables)
     for rel, err in unreadable.items():
         if rel in source.damaged:  # a document no reader opens: named (unless left out)
             raise err  # before the sizes, which cannot name its dimensions
@@ -450,17 +475,7 @@ def prepare(
     # the destination
     if exists is None:
         exists = has_zarr_json(dst, target_options)
-    if exists and mode == "w-" and not resume:
-        raise StoreExistsError(
-            "the destination holds Zarr data already",
-            expected="no zarr.json at the destination",
-            found="a zarr.json",
-            key="zarr.json",
-            advice="Pass resume=True (shardwise reshard --resume) to complete an interrupted "
-            "reshard, or mode='w' (--overwrite) to replace it.",
-        )
-    if resume and not exists:
-        resume = False  # nothing to resume: a fresh run
+    resume = _resumes(exists, mode, resume)
     needed = {""}
     for rel in [*chosen, *unreadable]:
         parts = rel.split("/")[:-1]

@@ -44,6 +44,7 @@ from shardwise.array.plan import (
     region_bounds,
     without_empty_blocks,
 )
+from shardwise.array.store import region_offsets
 from shardwise.errors import ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
@@ -120,7 +121,7 @@ class Capture:
         if self.dry:  # a grid no reader could read is refused before anything is written
             _check_geometry(target)
         region = tuple(region) if region else (slice(None),) * len(target.shape)
-        offset = _offsets(source, target, region)
+        offset = region_offsets(source.shape, target, region)
         if (
             not _compat.is_chunked_array(source)
             and self.guarded
@@ -252,25 +253,6 @@ def _regular_placeholders(zstore: Any) -> Iterator[None]:
 
 
 _PlaceholderStore: Any = None
-
-
-def _offsets(source: Any, target: Any, region: tuple[slice, ...]) -> tuple[int, ...]:
-    """Where in ``target`` the data goes; checks that it fits."""
-    starts = []
-    for i, (r, n) in enumerate(zip(region, target.shape, strict=True)):
-        start, stop, step = r.indices(n)
-        want = source.shape[i]
-        if step != 1 or stop - start != want or (r.stop is not None and r.stop > n):
-            raise WriteError(
-                "the region does not fit the array",
-                expected=f"{want} elements along axis {i} inside an array of length {n}",
-                found=f"region {r}",
-                array=target.path or "/",
-                advice="Write inside the array's bounds with steps of 1, or append with "
-                "append_dim=.",
-            )
-        starts.append(start)
-    return tuple(starts)
 
 
 def _overlay_of(store: Any, storage_options: Any) -> Any:
