@@ -2,7 +2,7 @@
 
 Every setting is a dask config key under ``shardwise.``, with its meaning and default in
 ``shardwise.yaml`` beside this module (dask's convention for libraries: the defaults
-file is added with ``dask.config.update_defaults`` when a setting is first read, under
+file is added with ``dask.config.update_defaults`` when this module is imported, under
 anything the user set). So they are set as dask's own are: ``dask.config.set(...)`` for
 a block of code, a YAML file in ``~/.config/dask/``, or environment variables through
 dask's own mapping (``DASK_SHARDWISE__SHARD_BYTES="256 MiB"``, read when dask is
@@ -12,8 +12,11 @@ imported). ``SHARDWISE_INDEX_CACHE_BYTES`` is also read, for the index cache's b
 from __future__ import annotations
 
 import os
-import threading
+from pathlib import Path
 from typing import Any
+
+import dask.config
+from dask.utils import parse_bytes
 
 __all__ = ["CACHE_BYTES_VARIABLE", "DEFAULTS_FILE", "get", "get_bytes", "index_cache_bytes"]
 
@@ -24,45 +27,29 @@ CACHE_BYTES_VARIABLE = "SHARDWISE_INDEX_CACHE_BYTES"
 """The environment variable bounding the index cache (in bytes) when it is made; it wins
 over ``shardwise.index-cache-bytes``."""
 
-_LOADED = threading.Event()
-_LOCK = threading.Lock()
-
 
 def defaults() -> dict[str, Any]:
     """The defaults file's settings: ``{"shardwise": {"shard-bytes": "128 MiB", ...}}``."""
-    from importlib.resources import files
-
     import yaml  # type: ignore[import-untyped]
 
-    text = files("shardwise").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
+    text = (Path(__file__).parent / DEFAULTS_FILE).read_text(encoding="utf-8")
     loaded = yaml.safe_load(text)
     assert isinstance(loaded, dict) and isinstance(loaded.get("shardwise"), dict)
     return loaded
 
 
-def _ensure_defaults() -> None:
-    if _LOADED.is_set():
-        return
-    with _LOCK:
-        if not _LOADED.is_set():
-            import dask.config
-
-            dask.config.update_defaults(defaults())
-            _LOADED.set()
+# (added when this module is imported, as dask libraries do: not on a first read, which
+# may come in a reader thread holding a lock the others wait on)
+dask.config.update_defaults(defaults())
 
 
 def get(name: str) -> Any:
     """The setting ``shardwise.<name>``: what the user set, else its default."""
-    import dask.config
-
-    _ensure_defaults()
     return dask.config.get(f"shardwise.{name}")
 
 
 def get_bytes(name: str) -> int:
     """A size setting in bytes (``"128 MiB"`` or a number)."""
-    from dask.utils import parse_bytes
-
     value = get(name)
     return int(parse_bytes(value) if isinstance(value, str) else value)
 
@@ -70,8 +57,6 @@ def get_bytes(name: str) -> int:
 def index_cache_bytes() -> int:
     """The bound of the index cache: ``SHARDWISE_INDEX_CACHE_BYTES`` when set, else
     ``shardwise.index-cache-bytes``."""
-    from dask.utils import parse_bytes
-
     value = os.environ.get(CACHE_BYTES_VARIABLE)
     if value is None:
         return get_bytes("index-cache-bytes")
