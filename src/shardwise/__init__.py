@@ -4,8 +4,10 @@
 with one dask chunk per shard; ``shardwise.open_dataset(store, chunks=...)`` reads with
 an explicit fan-out graph (one index task per shard, read tasks of whole inner chunks
 below it); ``shardwise.to_zarr(ds, store, ...)`` writes with one dask task per shard.
-Without xarray: ``shardwise.to_zarr(x, store, path=...)`` writes one dask array and
-``shardwise.from_zarr(store, path)`` reads one with the fan-out graph.
+Without xarray: ``shardwise.array.to_zarr(x, store, path)`` (or ``shardwise.to_zarr``,
+which passes a dask array on to it) writes one dask array and
+``shardwise.from_zarr(store, path)`` reads one with the fan-out graph. Settings are dask
+config keys under ``shardwise.`` (:mod:`shardwise.config`).
 For data that exists already: ``shardwise.reshard`` (Zarr v2, v3 and 2022 draft stores
 to sharded Zarr v3, chunks moved as bytes where the codecs allow), ``shardwise.migrate``
 (draft stores), ``shardwise.inventory`` and ``shardwise.info`` (what the shard indexes
