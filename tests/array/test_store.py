@@ -102,3 +102,13 @@ def test_a_dataset_and_a_dask_array_write_the_same_bytes(tmp_path):
     )
     shards = lambda root: {k: v for k, v in _files(root).items() if "/c/" in k}  # noqa: E731
     assert shards(tmp_path / "ds.zarr") == shards(tmp_path / "x.zarr") != {}
+
+
+@pytest.mark.parametrize("value", [np.array([1.5, 2.5]), np.float32(0.5), 0])
+def test_an_array_option_given_with_a_dataset_is_refused_whatever_its_value(tmp_path, value):
+    """The dispatch tells given from not given by identity: a numpy value (which ``in``
+    would compare element by element) or a 0 is refused as any other."""
+    ds = xr.Dataset({"v": ("t", da.zeros(4, chunks=2))})
+    with pytest.raises(shardwise.WriteError, match="options for a single dask array"):
+        shardwise.to_zarr(ds, tmp_path / "s.zarr", fill_value=value)
+    assert not (tmp_path / "s.zarr").exists()

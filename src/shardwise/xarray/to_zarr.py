@@ -318,7 +318,10 @@ def _refuse_array_options(given: Mapping[str, Any]) -> None:
             advice="Give codecs and other array options per variable in encoding=, e.g. "
             "encoding={'v': {'compressors': ...}}. Nothing was written.",
         )
-    if names := sorted(k for k in _ARRAY_ONLY if given.get(k) not in (None, False)):
+    # (None or False is no option given; `in` would compare an array of values)
+    if names := sorted(
+        k for k in _ARRAY_ONLY if given.get(k) is not None and given[k] is not False
+    ):
         raise WriteError(
             "options for a single dask array were given with a Dataset",
             expected="group=, mode= and encoding= for a Dataset (mode='w' replaces it)",
