@@ -262,7 +262,7 @@ def test_a_shard_that_keeps_changing_raises_a_conflict_naming_it(tmp_path, monke
     new_array(store)
     before = {q: q.read_bytes() for q in store.rglob("*") if q.is_file()}
     monkeypatch.setattr(
-        conditional._Local, "put", lambda self, key, data, expected: expected is None
+        conditional.LocalConditional, "put", lambda self, key, data, expected: expected is None
     )
     with dask.config.set({"shardwise.write-retries": 3}), pytest.raises(ConflictError) as info:
         shardwise.to_zarr(
@@ -279,9 +279,9 @@ def test_an_append_that_keeps_losing_raises_a_conflict(tmp_path, monkeypatch):
     store = tmp_path / "a.zarr"
     new_array(store)
     before = {q: q.read_bytes() for q in store.rglob("*") if q.is_file()}
-    put = conditional._Local.put
+    put = conditional.LocalConditional.put
     monkeypatch.setattr(
-        conditional._Local,
+        conditional.LocalConditional,
         "put",
         lambda self, key, data, expected: (
             False if key.endswith("zarr.json") else put(self, key, data, expected)
@@ -401,7 +401,7 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
     reads = threading.Semaphore(0)
     waited: set[int] = set()
     gate = threading.Lock()  # one put at a time takes both reads (else each takes one, and waits)
-    get, put = conditional._Local.get, conditional._Local.put
+    get, put = conditional.LocalConditional.get, conditional.LocalConditional.put
 
     def gated_get(self, k):
         out = get(self, k)
@@ -419,8 +419,8 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
                 reads.release()
         return put(self, k, data, expected)
 
-    monkeypatch.setattr(conditional._Local, "get", gated_get)
-    monkeypatch.setattr(conditional._Local, "put", gated_put)
+    monkeypatch.setattr(conditional.LocalConditional, "get", gated_get)
+    monkeypatch.setattr(conditional.LocalConditional, "put", gated_put)
     before = conflicts()
 
     def job(rows: slice, v: float) -> None:

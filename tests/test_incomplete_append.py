@@ -22,15 +22,15 @@ from datasets import ROWS, block, rows_dataset
 def failing_shard_puts(monkeypatch):
     """Every shard put fails as a full disk does; metadata puts go through. Undo with
     the returned function."""
-    put = conditional._Local.put
+    put = conditional.LocalConditional.put
 
     def failing(self, key, data, expected):
         if "/c/" in f"/{key}":
             raise OSError(28, "No space left on device")
         return put(self, key, data, expected)
 
-    monkeypatch.setattr(conditional._Local, "put", failing)
-    return lambda: monkeypatch.setattr(conditional._Local, "put", put)
+    monkeypatch.setattr(conditional.LocalConditional, "put", failing)
+    return lambda: monkeypatch.setattr(conditional.LocalConditional, "put", put)
 
 
 def _array(tmp_path):

@@ -9,7 +9,7 @@ import xarray as xr
 from zarr.storage import LocalStore
 
 import shardwise
-from shardwise.io.conditional import conditional
+from shardwise.io.capabilities import conditional
 from shardwise.testing import CountingStore
 
 
@@ -166,13 +166,13 @@ def test_whole_local_shards_are_read_on_the_thread(tmp_path, monkeypatch):
     arr[:64] = values  # the third shard is never written
     reader = ArrayReader.open(LocalStore(tmp_path / "a"))
     gets = []
-    real_read = conditional._Local.read
+    real_read = conditional.LocalConditional.read
 
     async def counting_read(self, key, *args, **kwargs):
         gets.append(key)
         return await real_read(self, key, *args, **kwargs)
 
-    monkeypatch.setattr(conditional._Local, "read", counting_read)
+    monkeypatch.setattr(conditional.LocalConditional, "read", counting_read)
     np.testing.assert_array_equal(reader[0:32], values[:32])  # one whole shard
     np.testing.assert_array_equal(reader[64:96], np.full((32, 48), -1, "f4"))  # missing
     assert gets == []

@@ -36,7 +36,8 @@ from shardwise.errors import ConflictError, ShardwiseError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.graph.options import WriteOptions
 from shardwise.graph.tasks import retries, tries
-from shardwise.io.icechunk import check_session, icechunk_session, refuse_commit
+from shardwise.io.capabilities import icechunk_session
+from shardwise.io.icechunk import check_session, refuse_commit
 from shardwise.io.staged import StagedWrite
 
 __all__ = ["from_zarr", "is_array", "to_zarr", "write_array"]

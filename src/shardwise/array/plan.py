@@ -29,8 +29,7 @@ from shardwise.format.metadata import ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.graph.options import WriteOptions
 from shardwise.graph.write import FIXED_KINDS, data_graph
-from shardwise.io.conditional import conditional
-from shardwise.io.icechunk import icechunk_session
+from shardwise.io.capabilities import conditional, icechunk_session
 
 __all__ = [
     "GridPlan",

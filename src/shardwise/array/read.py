@@ -14,6 +14,7 @@ from typing import Any
 from shardwise.array.plan import axis_of, no_axis
 from shardwise.errors import ChunksError
 from shardwise.graph.read import block_sizes, fanout_array
+from shardwise.io.capabilities import fsspec_store, in_memory
 from shardwise.io.reader import ArrayReader
 from shardwise.io.stores import ReadOptions, store_token
 
@@ -143,14 +144,13 @@ def _token(
     A store is named by where it is (:func:`~shardwise.io.stores.store_token`), except a
     ``MemoryStore``, whose name is the ``id`` of its dict, used again once that dict is
     freed: it is tokenized by its contents, as dask tokenizes an in-memory array."""
-    import zarr
     from dask.base import tokenize
 
     store = reader.store
-    in_memory = isinstance(store, zarr.storage.MemoryStore)
-    where = tokenize(store) if in_memory else store_token(store)
+    where = tokenize(store) if in_memory(store) else store_token(store)
     # where an object store is (an endpoint) need not show in the store's name
-    fs_options = getattr(getattr(store, "fs", None), "storage_options", None)
+    fsspec = fsspec_store(store)
+    fs_options = None if fsspec is None else getattr(fsspec.fs, "storage_options", None)
     return tokenize(
         where,
         fs_options,

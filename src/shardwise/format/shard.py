@@ -84,16 +84,6 @@ _SCRATCH = threading.local()
 # allocated (one per thread that built a shard), so larger shards get memory of their own
 
 
-def _copies_out(store: Any) -> bool:
-    """Whether ``store.set`` is done with the bytes it is given once it returns (it
-    writes them out and keeps no reference): then the shard is handed over in the
-    thread's reused buffer, without a copy. Known of zarr-python's LocalStore; other
-    stores get a copy of their own."""
-    from zarr.storage import LocalStore
-
-    return type(store) is LocalStore
-
-
 class ShardBuilder:
     """One shard object built in place: its inner chunks encoded (or copied, when they
     are encoded already) one after another into one buffer, in the order they are added,
@@ -165,11 +155,13 @@ class ShardBuilder:
             return
         self._record(inner, encoder.encode_into(arr, self._room(bound)))
 
-    def finish(self, store: Any, *, keep_empty: bool = False) -> Any:
+    def finish(self, *, lend: bool, keep_empty: bool = False) -> Any:
         """The shard as a zarr-python ``Buffer`` for ``store.set`` (None when no chunk was
         added: an empty shard is not stored, unless ``keep_empty``, which gives a shard
-        of its index alone, every entry empty). Where the store copies the bytes out, the
-        buffer is the builder's memory, valid until the thread builds its next shard."""
+        of its index alone, every entry empty). ``lend``: the store is done with the
+        bytes when ``set`` returns (:func:`shardwise.io.capabilities.copies_out`), so the
+        buffer is the builder's memory, valid until the thread builds its next shard;
+        otherwise the bytes are the buffer's own."""
         from zarr.buffer import default_buffer_prototype
 
         try:
@@ -181,7 +173,7 @@ class ShardBuilder:
                 self._buf[at : at + index.size] = index
             blob = self._buf[: self.offset + self._tail]
             proto = default_buffer_prototype()
-            if not _copies_out(store):  # the store may keep it: bytes of its own
+            if not lend:  # the store may keep it: bytes of its own
                 return proto.buffer.from_bytes(blob.tobytes())
             return proto.buffer.from_array_like(blob)
         finally:
@@ -192,7 +184,8 @@ def build_shard(
     chunks: Mapping[tuple[int, ...], Any],
     fmt: IndexFormat | None,
     order: list[tuple[int, ...]],
-    store: Any,
+    *,
+    lend: bool,
 ) -> Any:
     """The shard of these encoded inner chunks, laid out in ``order``, as a Buffer for
     ``store.set`` (see :meth:`ShardBuilder.finish`); None for a shard with no chunks."""
@@ -201,4 +194,4 @@ def build_shard(
         data = chunks.get(inner)
         if data is not None:
             builder.add(inner, data)
-    return builder.finish(store)
+    return builder.finish(lend=lend)

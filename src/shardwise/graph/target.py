@@ -38,7 +38,8 @@ from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under
 from shardwise.format.shard import ShardBuilder, build_shard, write_order
 from shardwise.graph.plan import Box, Shard
-from shardwise.io.conditional import Conditional, Version, conditional
+from shardwise.io.capabilities import conditional, copies_out, sync_io
+from shardwise.io.conditional import Conditional, Version
 from shardwise.io.reader import ArrayReader
 
 __all__ = ["WRITE_ADVICE", "ShardSink", "WriteTarget"]
@@ -133,7 +134,9 @@ class ShardSink:
         decoder = self.decoder(shard)
         fmt = decoder.index if isinstance(decoder, ShardDecoder) else None
         return self.put(
-            shard, build_shard(chunks, fmt, self.write_order(shard), self.store), existed=existed
+            shard,
+            build_shard(chunks, fmt, self.write_order(shard), lend=self.can("copies_out")),
+            existed=existed,
         )
 
     def put(self, shard: Shard, buffer: Any, *, existed: bool | None = None) -> int:
@@ -146,6 +149,15 @@ class ShardSink:
         with naming_io_errors(self.what, array=self.info.name, key=key, advice=self.advice):
             self._put(key, buffer, existed=existed)
         return 0 if buffer is None else len(buffer)
+
+    def can(self, question: str) -> bool:
+        """The store's answer (made once per process) to a question of
+        :mod:`shardwise.io.capabilities`: ``"sync_io"`` or ``"copies_out"``."""
+        if question not in self._cache:
+            ask = {"sync_io": sync_io, "copies_out": copies_out}[question]
+            self._cache[question] = ask(self.store)
+        answer: bool = self._cache[question]
+        return answer
 
     def guard(self) -> Conditional | None:
         """The store's conditional reads and puts (made once per process) when the write
@@ -186,7 +198,7 @@ class ShardSink:
             else:
                 guard.put(key, _bytes_of(buffer), None)
             return
-        direct = _sync_methods(store)
+        direct = self.can("sync_io")
         if buffer is None:
             if self.fresh:
                 return
@@ -206,7 +218,7 @@ class ShardSink:
         from zarr.buffer import default_buffer_prototype
 
         key = self.info.key(shard)
-        if _sync_methods(self.store):
+        if self.can("sync_io"):
             return self.store.get_sync(key, prototype=default_buffer_prototype())
         return _compat.sync(self.store.get(key, default_buffer_prototype()))
 
@@ -214,15 +226,6 @@ class ShardSink:
 def _bytes_of(buffer: Any) -> memoryview:
     """A zarr-python Buffer's bytes, without a copy."""
     return memoryview(buffer.as_numpy_array()).cast("B")
-
-
-def _sync_methods(store: Any) -> bool:
-    """Whether to call the store's synchronous get/set/delete (zarr >= 3.4): only for
-    zarr-python's own local and memory stores. (A wrapper store inherits synchronous
-    methods that go straight to the store it wraps, past its own ``get``/``set``.)"""
-    from zarr.storage import LocalStore, MemoryStore
-
-    return type(store) in (LocalStore, MemoryStore) and callable(getattr(store, "set_sync", None))
 
 
 class WriteTarget(ShardSink):

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from pathlib import Path
 from typing import Any, cast
 
 import shardwise._compat as _compat
@@ -17,7 +16,7 @@ from shardwise.io.retry import policy as retry_policy
 from shardwise.io.retry import retrying, transient
 from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
 
-__all__ = ["ObstoreConditional", "S3fsConditional", "obstore_local_root", "obstore_of"]
+__all__ = ["ObstoreConditional", "S3fsConditional"]
 
 
 # -- S3 through s3fs ---------------------------------------------------------------------------
@@ -214,23 +213,6 @@ _MD5 = re.compile(r"[0-9a-f]{32}")
 
 
 # -- obstore -----------------------------------------------------------------------------------
-def obstore_of(store: Any) -> Any:
-    """The obstore store a zarr-python ``ObjectStore`` wraps (None for other stores)."""
-    if type(store).__name__ != "ObjectStore" or not hasattr(store, "store"):
-        return None
-    return store.store
-
-
-def obstore_local_root(obstore: Any) -> Path | None:
-    """The directory of an obstore ``LocalStore`` (None for other obstore stores):
-    obstore's local store has no versioned put, so its files are handled as local
-    files."""
-    if type(obstore).__name__ != "LocalStore":
-        return None
-    prefix = getattr(obstore, "prefix", None)
-    return None if prefix is None else Path(str(prefix))
-
-
 class ObstoreConditional(Conditional):
     kind = "obstore"
 

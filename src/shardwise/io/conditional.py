@@ -4,7 +4,8 @@ Independent jobs (two scripts, two clusters, pods each writing its own region) t
 merge their rows into one shard each read the shard, merge and put it back; with plain
 puts the last one wins and the other's rows are lost. With a conditional put the second
 finds the shard changed, reads it again and merges again (optimistic concurrency, as
-tensorstore does). :func:`conditional` gives a store's way of doing it, per kind:
+tensorstore does). :func:`shardwise.io.capabilities.conditional` gives a store's way of
+doing it, per kind:
 
 - **Local file systems** (zarr-python's ``LocalStore``, obstore's ``LocalStore``): an
   object's version is its inode, size and change times, taken from the open file it is
@@ -29,15 +30,11 @@ tensorstore does). :func:`conditional` gives a store's way of doing it, per kind
 
 The base (:class:`Version`, :class:`Conditional`) is in :mod:`shardwise.io.versioned`,
 the object stores' ways in :mod:`shardwise.io.cloud`; this module holds the local and
-in-memory ways and :func:`conditional`, which picks one.
+in-memory ways. Which way a store has is :mod:`shardwise.io.capabilities`' question.
 
-Other stores (``ZipStore``, fsspec file systems other than S3, wrappers) have no such
-put: :func:`conditional` returns None and the writer refuses what needs one. A store
-class may give its own by defining ``__shardwise_conditional__(self)``, returning a
-:class:`Conditional` (or None): a wrapper store that passes keys and bytes through
-unchanged can return its wrapped store's, as ``shardwise.testing.CountingStore`` does.
-Icechunk sessions are not handled here: a session's writes are private to it until
-its commit, which Icechunk checks for conflicts itself.
+Other stores (``ZipStore``, fsspec file systems other than S3, wrappers that change
+what they pass on) have none. Icechunk sessions are not handled here: a session's
+writes are private to it until its commit, which Icechunk checks for conflicts itself.
 """
 
 from __future__ import annotations
@@ -57,13 +54,6 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise.io.cloud import (
-    ObstoreConditional,
-    S3fsConditional,
-    obstore_local_root,
-    obstore_of,
-)
-from shardwise.io.open import store_path
 from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version, distinct, span
 
 __all__ = [
@@ -71,9 +61,9 @@ __all__ = [
     "Conditional",
     "Got",
     "Stale",
+    "LocalConditional",
+    "MemoryConditional",
     "Version",
-    "conditional",
-    "conditional_path",
     "distinct",
     "file_version",
     "span",
@@ -114,7 +104,7 @@ class _Pin:
         self.close()
 
 
-class _Local(Conditional):
+class LocalConditional(Conditional):
     kind = "local file system"
     plain_puts_here = True
 
@@ -223,7 +213,7 @@ def _new_nonce() -> None:
 os.register_at_fork(after_in_child=_new_nonce)
 
 
-class _Memory(Conditional):
+class MemoryConditional(Conditional):
     kind = "memory"
     plain_puts_here = True
 
@@ -264,42 +254,3 @@ class _Memory(Conditional):
     def delete(self, key: str) -> None:
         with _MEMORY_LOCK:
             _compat.memory_store_dict(self.store).pop(key, None)
-
-
-def conditional(store: Any) -> Conditional | None:
-    """The conditional reads and puts of a zarr-python store, or None when it has none
-    (see the module's description)."""
-    from zarr.storage import FsspecStore, LocalStore, MemoryStore
-
-    hook = getattr(type(store), "__shardwise_conditional__", None)
-    if hook is not None:
-        given: Conditional | None = hook(store)
-        return given
-    if type(store) is LocalStore:
-        return _Local(Path(store.root))
-    if type(store) is MemoryStore:
-        return _Memory(store)
-    if type(store) is FsspecStore:
-        fs = store.fs
-        if type(fs).__name__ == "S3FileSystem" and getattr(fs, "asynchronous", False):
-            return S3fsConditional(store)
-        return None
-    obstore = obstore_of(store)
-    if obstore is not None:
-        local = obstore_local_root(obstore)
-        if local is not None:
-            return _Local(local)
-        return ObstoreConditional(obstore)
-    return None
-
-
-def conditional_path(store: Any, storage_options: Any = None) -> tuple[Any, Conditional] | None:
-    """What a user passed as ``store`` (a path, URL, zarr-python store...) opened as a
-    ``StorePath``, with its store's conditional reads and puts; None when it does not
-    exist yet or has none."""
-    try:
-        base = store_path(store, storage_options)
-    except FileNotFoundError:
-        return None
-    guard = conditional(base.store)
-    return None if guard is None else (base, guard)

@@ -43,8 +43,9 @@ from shardwise.errors import (
 )
 from shardwise.format.index import EMPTY
 from shardwise.io.cache import IN_FLIGHT, SUPPLIED, IndexEntry, index_cache
-from shardwise.io.conditional import Conditional, Got, Stale, Version, conditional
-from shardwise.io.icechunk import immutable_snapshot, out_of_bounds
+from shardwise.io.capabilities import conditional, immutable
+from shardwise.io.conditional import Conditional, Got, Stale, Version
+from shardwise.io.icechunk import out_of_bounds
 from shardwise.io.shard_index import naming, read_shard_index
 from shardwise.io.stores import ByteRange, ReadOptions, coalesce
 
@@ -78,10 +79,9 @@ class ShardFetcher:
         self.name = name
         self.token = token
         self.options = options
-        immutable = immutable_snapshot(store)
         recheck = options.recheck_cached_data
         # trusted: no condition, no check (the data do not change while open)
-        self.trusted = immutable or recheck == "open"
+        self.trusted = immutable(store) or recheck == "open"
         # the store's versioned reads, used unless trusted
         self.versions: Conditional | None = None if self.trusted else conditional(store)
         self.caching = options.index_cache and (self.trusted or self.versions is not None)

@@ -10,8 +10,9 @@ merged into the session. shardwise's writer does exactly that (the ``sessions`` 
 shard is never written by two tasks whose forks would then race ("last one wins" per
 chunk object on merge).
 
-This module only recognises sessions and checks what a write into one needs; icechunk
-is imported by the caller's objects, never here.
+This module checks what a write into a session needs and merges the forks back;
+:mod:`shardwise.io.capabilities` recognises sessions. icechunk is imported by the
+caller's objects, never here.
 """
 
 from __future__ import annotations
@@ -23,50 +24,15 @@ from typing import Any
 from shardwise.errors import WriteError
 
 __all__ = [
-    "immutable_snapshot",
     "out_of_bounds",
     "check_dataset",
     "check_session",
     "distinct",
-    "icechunk_session",
     "merge_into",
     "refuse_commit",
-    "session_store",
 ]
 
 FIXED_KINDS = "biufcmM"
-
-
-def icechunk_session(store: Any) -> Any:
-    """The ``icechunk.Session`` that ``store`` is (or whose ``.store`` it is), else None."""
-    module = type(store).__module__ or ""
-    if not module.startswith("icechunk"):
-        return None
-    kind = type(store).__name__
-    if kind == "IcechunkStore":
-        return store.session
-    if kind == "ForkSession":
-        raise WriteError(
-            "a fork session was given",
-            expected="the icechunk.Session the fork came from (or its store)",
-            found="an icechunk ForkSession",
-            advice="Pass the writable session: shardwise forks it and merges the changes "
-            "back. Nothing was written.",
-        )
-    if kind == "Session":
-        return store
-    return None
-
-
-def session_store(store: Any) -> Any:
-    """The zarr-python store of ``store`` when it is an ``icechunk.Session`` (its
-    ``.store``); anything else unchanged (an ``IcechunkStore`` is a store already). What
-    :func:`shardwise.io.open.store_path` opens a session by; unlike
-    :func:`icechunk_session` it refuses nothing, a read needing no writable session."""
-    module = type(store).__module__ or ""
-    if module.startswith("icechunk") and type(store).__name__ == "Session":
-        return store.store
-    return store
 
 
 def check_dataset(
@@ -140,17 +106,6 @@ def merge_into(session: Any, forks: Iterable[Any]) -> None:
     """Merge the fork sessions a write computed to into ``session``."""
     if found := distinct(forks):
         session.merge(*found)
-
-
-def immutable_snapshot(store: Any) -> bool:
-    """Whether ``store`` reads an Icechunk snapshot that cannot change: the store of a
-    read-only session (``repo.readonly_session(...)``), whose objects are those of one
-    snapshot. A writable session's store is not (its own writes change it)."""
-    module = type(store).__module__ or ""
-    if not module.startswith("icechunk") or type(store).__name__ != "IcechunkStore":
-        return False
-    session = getattr(store, "session", None)
-    return bool(getattr(session, "read_only", False))
 
 
 def out_of_bounds(e: Exception) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import shardwise._compat as _compat
+from shardwise.io.capabilities import fsspec_store, local_root, obstore_of
 
 __all__ = [
     "folder",
@@ -74,28 +75,32 @@ async def metadata_keys(store: Any, path: str, depth: int | None = None) -> list
     ]
 
 
+_LISTING = ("list_prefix",)  # what a listing with sizes goes past
+
+
 async def list_sized(store: Any, prefix: str) -> tuple[list[str], list[int] | None]:
     """The keys under ``prefix``, with their sizes where the store's listing has them
     (local files, fsspec filesystems, obstore); one listing either way."""
-    from zarr.storage import FsspecStore, LocalStore, ObjectStore
-
-    if isinstance(store, LocalStore):
-        return await asyncio.to_thread(_walk, str(store.root), prefix.rstrip("/"))
-    if isinstance(store, FsspecStore) and _compat.has_fs_find(store.fs):
-        root = store.path.rstrip("/")
-        where = f"{root}/{prefix}" if root else prefix
+    root = local_root(store, _LISTING)
+    if root is not None:
+        return await asyncio.to_thread(_walk, str(root), prefix.rstrip("/"))
+    fsspec = fsspec_store(store, _LISTING)
+    inner = obstore_of(store, _LISTING)
+    if fsspec is not None and _compat.has_fs_find(fsspec.fs):
+        base = fsspec.path.rstrip("/")
+        where = f"{base}/{prefix}" if base else prefix
         try:
-            found = await _compat.fs_find(store.fs, where)
+            found = await _compat.fs_find(fsspec.fs, where)
         except FileNotFoundError:
             return [], []
         if all(isinstance(v, dict) and v.get("size") is not None for v in found.values()):
-            keys = [k.removeprefix(f"{root}/") if root else k.removeprefix("/") for k in found]
+            keys = [k.removeprefix(f"{base}/") if base else k.removeprefix("/") for k in found]
             return keys, [int(v["size"]) for v in found.values()]
-    elif isinstance(store, ObjectStore):
+    elif inner is not None:
         import obstore
 
         keys, sizes = [], []
-        async for batch in obstore.list(store.store, prefix=prefix):
+        async for batch in obstore.list(inner, prefix=prefix):
             for meta in batch:
                 keys.append(meta["path"])
                 sizes.append(int(meta["size"]))

@@ -29,9 +29,11 @@ from zarr.abc.store import Store
 
 import shardwise._compat as _compat
 from shardwise.format.metadata import metadata_key
-from shardwise.io.icechunk import session_store
+from shardwise.io.capabilities import conditional, session_store
+from shardwise.io.versioned import Conditional
 
 __all__ = [
+    "conditional_path",
     "DRAFT",
     "DRAFT_FORMAT",
     "FORMATS",
@@ -131,6 +133,18 @@ def has_zarr_json(store: Any, storage_options: dict[str, Any] | None = None) -> 
         return False
     exists: bool = _compat.sync(where.store.exists(metadata_key(where.path)))
     return exists
+
+
+def conditional_path(store: Any, storage_options: Any = None) -> tuple[Any, Conditional] | None:
+    """What a user passed as ``store`` (a path, URL, zarr-python store...) opened as a
+    ``StorePath``, with its store's conditional reads and puts; None when it does not
+    exist yet or has none."""
+    try:
+        base = store_path(store, storage_options)
+    except FileNotFoundError:
+        return None
+    guard = conditional(base.store)
+    return None if guard is None else (base, guard)
 
 
 def open_store(

@@ -52,6 +52,7 @@ from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
 from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.io.cache import SUPPLIED, IndexEntry
+from shardwise.io.capabilities import local_root
 from shardwise.io.conditional import file_version
 from shardwise.io.draft import DraftStore
 from shardwise.io.fetch import Fetched, ShardFetcher
@@ -84,6 +85,9 @@ class ArrayReader:
         self.session = session or uuid.uuid4().hex
         self._token = f"{store_token(store)}#{self.session}"
         self.fetcher = ShardFetcher(store, info.name, self._token, self.options)
+        # the folder whose files are the store's keys, where a shard is read on the
+        # reading thread straight from its file (zarr-python's local store)
+        self._local_root = local_root(store, ("get",))
         self._decoders: dict[tuple[int, ...], ShardDecoder | ChunkDecoder] = {}
         self.decoder((0,) * info.ndim)  # codecs shardwise cannot read fail here, at open
 
@@ -358,12 +362,11 @@ class ArrayReader:
         so reading one shard overlaps decoding another; from other stores every shard is
         fetched first (the requests concurrent, as on one thread), then decoded on the
         threads."""
-        from zarr.storage import LocalStore
 
         def sub(i: int) -> ReadPlan:
             return dataclasses.replace(plan, shards=(plan.shards[i],))
 
-        if type(self.store) is LocalStore:
+        if self._local_root is not None:
 
             def one(i: int) -> None:
                 part = sub(i)
@@ -415,9 +418,8 @@ class ArrayReader:
         :meth:`_place`, before the thread reads again. None where the plan is
         fetched by :meth:`_fetch_all` (other stores, several shards, some chunks of a
         shard, indexes handed in by a fan-out graph)."""
-        from zarr.storage import LocalStore
-
-        if type(self.store) is not LocalStore or len(plan.shards) != 1:
+        root = self._local_root
+        if root is None or len(plan.shards) != 1:
             return None
         (shard_read,) = plan.shards
         decoder = self.decoder(shard_read.shard)
@@ -430,7 +432,7 @@ class ArrayReader:
             return None
         with naming(self.info.name, key):  # an absent shard is no error
             try:
-                f = open(self.store.root / key, "rb")  # noqa: SIM115 - closed below
+                f = open(root / key, "rb")  # noqa: SIM115 - closed below
             except (FileNotFoundError, NotADirectoryError):
                 return [None]
         with f, naming(self.info.name, key):

@@ -21,6 +21,14 @@ import shardwise._compat as _compat
 from shardwise.errors import OverlapError, ShardwiseError, WriteError
 from shardwise.format.metadata import metadata_key, read_document
 from shardwise.format.rectilinear import Edges, grid_of
+from shardwise.io.capabilities import (
+    beneath,
+    fsspec_store,
+    in_memory,
+    local_root,
+    obstore_local_root,
+    obstore_of,
+)
 from shardwise.io.listing import metadata_keys
 from shardwise.io.open import store_path
 
@@ -162,9 +170,7 @@ def coalesce(
 def store_token(store: Any) -> str:
     """A string naming a store's location, the same in every process; for an in-memory
     store (which has no location), one that no other store object gets, ever."""
-    from zarr.storage import MemoryStore
-
-    if isinstance(store, MemoryStore):
+    if in_memory(store):
         return f"{type(store).__module__}.{type(store).__qualname__}:{_memory_id(store)}"
     return f"{type(store).__module__}.{type(store).__qualname__}:{store}"
 
@@ -300,36 +306,41 @@ def location(
 
 
 def _store_location(store: Any) -> Location:
-    kind = type(store).__name__
+    """Where the data of a zarr-python store lie (below every wrapper: the store whose
+    keys they are)."""
     text = str(store)
-    root = getattr(store, "root", None)
-    if kind == "LocalStore" and root is not None:
+    store = beneath(store)
+    root = local_root(store, ())
+    if root is not None:
         return _local(root, text)
-    fs = getattr(store, "fs", None)
-    if kind == "FsspecStore" and fs is not None:
+    fsspec = fsspec_store(store)
+    if fsspec is not None:
+        fs = fsspec.fs
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         protocol = _ALIASES.get(protocol, protocol)
         if protocol == "file":
-            return _local(store.path, text)
+            return _local(fsspec.path, text)
         endpoint = getattr(fs, "endpoint_url", None) or (
             getattr(fs, "client_kwargs", None) or {}
         ).get("endpoint_url")
-        return Location(protocol, str(endpoint or "").rstrip("/"), _components(store.path), text)
-    inner = getattr(store, "store", None)
-    if kind == "ObjectStore" and inner is not None:  # obstore's stores
+        return Location(protocol, str(endpoint or "").rstrip("/"), _components(fsspec.path), text)
+    inner = obstore_of(store)
+    if inner is not None:
+        local = obstore_local_root(inner)
+        if local is not None:
+            return _local(local, text)
         config = getattr(inner, "config", None) or {}
-        prefix = str(getattr(inner, "prefix", None) or "")
-        name = type(inner).__name__
-        if name == "LocalStore":
-            return _local("/" + prefix, text)
         if "bucket" in config or "container_name" in config:
+            name = type(inner).__name__
             scheme = {"S3Store": "s3", "GCSStore": "gs", "AzureStore": "az"}.get(name, name)
             bucket = str(config.get("bucket") or config.get("container_name"))
             endpoint = str(config.get("endpoint") or "").rstrip("/")
+            prefix = str(getattr(inner, "prefix", None) or "")
             return Location(scheme, endpoint, (bucket, *_components(prefix)), text)
     # a store with no address (zarr's MemoryStore, an Icechunk session's store...): two
     # such are the same place when they are the same object or share their contents
-    contents = getattr(store, "_store_dict", None)
+    kind = type(store).__name__
+    contents = _compat.memory_store_dict(store) if in_memory(store) else None
     ident = id(contents) if contents is not None else id(store)
     return Location(kind, f"{kind}@{ident:x}", (), text)
 
@@ -369,8 +380,8 @@ def check_replaceable(
 
     if isinstance(store, str) and "://" in store:
         where = store.rsplit("::", 1)[-1].partition("://")[2]
-    elif type(store).__name__ == "FsspecStore":
-        where = str(getattr(store, "path", ""))
+    elif (fsspec := fsspec_store(store)) is not None:
+        where = str(fsspec.path)
     else:
         return  # local folders, obstore and memory stores remove by listing, not by glob
     where = f"{where}/{path or ''}"

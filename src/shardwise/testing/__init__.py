@@ -19,7 +19,8 @@ from typing import Any, Self
 from zarr.abc.store import ByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.storage import WrapperStore
 
-from shardwise.io.conditional import Conditional, Got, Version, conditional
+from shardwise.io.capabilities import conditional
+from shardwise.io.conditional import Conditional, Got, Version
 
 __all__ = ["CountingStore", "LatencyStore", "Overlap", "Request", "RequestLog"]
 
@@ -161,7 +162,7 @@ class CountingStore(WrapperStore[Store]):
         self.log.add(Request("delete", key))
         super().delete_sync(key)
 
-    def __shardwise_conditional__(self) -> Conditional | None:
+    def shardwise_conditional(self) -> Conditional | None:
         """The wrapped store's conditional and versioned reads and puts, counted here
         too (a versioned read as the ``get`` of its byte range)."""
         inner = conditional(self._store)
@@ -278,7 +279,7 @@ class LatencyStore(WrapperStore[Store]):
     async def _wait(self) -> None:
         await asyncio.sleep(self.delay)
 
-    def __shardwise_conditional__(self) -> Conditional | None:
+    def shardwise_conditional(self) -> Conditional | None:
         """The wrapped store's conditional and versioned reads and puts, each after
         the delay."""
         inner = conditional(self._store)

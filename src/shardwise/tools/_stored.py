@@ -33,7 +33,8 @@ from shardwise.format.index import EMPTY, IndexFormat
 from shardwise.format.metadata import metadata_key
 from shardwise.graph.progress import bar_class
 from shardwise.graph.progress import compute as compute_with_progress
-from shardwise.io.conditional import Conditional, conditional
+from shardwise.io.capabilities import conditional
+from shardwise.io.conditional import Conditional
 from shardwise.io.shard_index import Tally, read_shard_index
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ import numpy as np
 
 import shardwise._compat as _compat
 from shardwise.codecs import codec_name
+from shardwise.io.capabilities import fsspec_store
 
 __all__ = [
     "byte_size",
@@ -51,12 +52,11 @@ def shape_list(shape: Sequence[int | Sequence[int]]) -> list[Any]:
 
 
 def store_name(store: Any) -> str:
-    from zarr.storage import FsspecStore
-
-    if isinstance(store, FsspecStore):
-        protocol = store.fs.protocol
+    fsspec = fsspec_store(store)
+    if fsspec is not None:
+        protocol = fsspec.fs.protocol
         protocol = protocol[0] if isinstance(protocol, tuple | list) else protocol
-        return f"{protocol}://{store.path}"
+        return f"{protocol}://{fsspec.path}"
     return str(store)
 
 

@@ -50,8 +50,7 @@ from shardwise.format.grid import check_write_geometry
 from shardwise.format.metadata import metadata_key
 from shardwise.graph.tasks import retries, tries
 from shardwise.graph.write import FIXED_KINDS
-from shardwise.io.conditional import conditional_path
-from shardwise.io.open import store_path
+from shardwise.io.open import conditional_path, store_path
 from shardwise.io.overlay import (
     CommitConflict,
     GuardedOverlay,

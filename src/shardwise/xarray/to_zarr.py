@@ -34,7 +34,8 @@ from shardwise.errors import (
 )
 from shardwise.format.metadata import metadata_key
 from shardwise.graph.options import WriteOptions
-from shardwise.io.icechunk import check_dataset, icechunk_session, refuse_commit
+from shardwise.io.capabilities import icechunk_session
+from shardwise.io.icechunk import check_dataset, refuse_commit
 from shardwise.xarray.dataset import DatasetWrite
 from shardwise.xarray.encoding import ShardSpec, SizeSpec
 
