@@ -19,7 +19,8 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from shardwise import WriteError, _compat
-from shardwise.format.rectilinear import MAX_SHARDS, enabled, extend, pad
+from shardwise._flags import rectilinear_grids
+from shardwise.format.rectilinear import MAX_SHARDS, extend, pad
 from shardwise.testing import CountingStore
 
 # rectilinear grids need zarr-python 3.2, written through xarray xarray 2026.9
@@ -85,12 +86,12 @@ def test_edges_arithmetic():
 
 def test_flag_is_scoped_and_counted():
     assert not zarr.config.get("array.rectilinear_chunks")
-    with enabled():
-        with enabled():
+    with rectilinear_grids():
+        with rectilinear_grids():
             assert zarr.config.get("array.rectilinear_chunks")
         assert zarr.config.get("array.rectilinear_chunks")
     assert not zarr.config.get("array.rectilinear_chunks")
-    with zarr.config.set(FLAG), enabled():
+    with zarr.config.set(FLAG), rectilinear_grids():
         pass
     assert not zarr.config.get("array.rectilinear_chunks")
 
@@ -332,7 +333,7 @@ def test_empty_dask_chunks_own_no_shard(tmp_path):
     ds = daily(lengths=(3, 5), nx=2).chunk({"time": (3, 0, 5, 0)})
     path = tmp_path / "e.zarr"
     shardwise.to_zarr(ds, path, consolidated=False)
-    with enabled():
+    with rectilinear_grids():
         arr = zarr.open_array(path, path="tas", mode="r")
         assert len(arr.metadata.chunk_grid.chunk_shapes[0]) == 2  # two shards (3, 5 padded)
     assert sorted(p.name for p in (path / "tas" / "c").iterdir()) == ["0", "1"]

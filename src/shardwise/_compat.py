@@ -146,9 +146,10 @@ _BEFORE: dict[str, tuple[str, str]] = {
     "RegularChunkGridMetadata": ("zarr.core.chunk_grids", "RegularChunkGrid"),
 }
 
-# names only some releases in the version window have: on the others they are a class
+# names only some releases in the version window have, with the feature (in NEWER) they
+# belong to: on the others they are a class
 # nothing is an instance of (the feature is refused where it would be used: see NEWER)
-_ABSENT_BEFORE: dict[str, str] = {
+_FEATURE_OF: dict[str, str] = {
     "RectilinearChunkGridMetadata": "rectilinear",
 }
 
@@ -163,10 +164,10 @@ def __getattr__(name: str) -> Any:
     except (ImportError, AttributeError):
         if name in _BEFORE:
             value = getattr(importlib.import_module(_BEFORE[name][0]), _BEFORE[name][1])
-        elif name not in _ABSENT_BEFORE or has(_ABSENT_BEFORE[name]):
+        elif name not in _FEATURE_OF or has(_FEATURE_OF[name]):
             raise
         else:
-            value = type(name, (), {"__doc__": f"absent: {needed(_ABSENT_BEFORE[name])}"})
+            value = type(name, (), {"__doc__": f"absent: {needed(_FEATURE_OF[name])}"})
     globals()[name] = value
     return value
 

@@ -15,7 +15,7 @@ from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 
 import shardwise
 from shardwise import StoreExistsError, WriteError, _compat
-from shardwise.format.rectilinear import enabled
+from shardwise._flags import rectilinear_grids
 
 
 def values(shape, seed=0):
@@ -92,7 +92,7 @@ def test_irregular_chunks_become_a_rectilinear_grid(tmp_path):
     data = values((50, 12))
     x = da.from_array(data, chunks=((10, 20, 6, 14), (12,)))
     shardwise.to_zarr(x, tmp_path / "r.zarr", chunks=(2, 12))
-    with enabled():
+    with rectilinear_grids():
         got = zarr.open_array(tmp_path / "r.zarr", mode="r")
         assert got.metadata.chunk_grid.to_dict()["name"] == "rectilinear"
         np.testing.assert_array_equal(got[...], data)
@@ -172,7 +172,7 @@ def test_append_to_a_rectilinear_array_adds_the_chunks_as_shards(tmp_path):
     with pytest.raises(WriteError, match="does not divide a shard edge"):
         shardwise.to_zarr(da.from_array(more, chunks=((12, 5), (8,))), store, append_dim=0)
     shardwise.to_zarr(da.from_array(more, chunks=((10, 7), (8,))), store, append_dim=0)
-    with enabled():
+    with rectilinear_grids():
         got = zarr.open_array(store, mode="r")
         assert got.metadata.chunk_grid.chunk_shapes[0] == (10, 20, 10, 10)  # last one padded
         np.testing.assert_array_equal(got[...], np.concatenate([first, more]))
@@ -239,7 +239,7 @@ def test_unknown_chunk_sizes_are_refused_with_dasks_advice(tmp_path):
     assert known.chunks == ((6, 15),)
     shardwise.to_zarr(known, store, path="v")
     np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), np.arange(4, 25))
-    with enabled():  # the irregular chunks became a rectilinear grid
+    with rectilinear_grids():  # the irregular chunks became a rectilinear grid
         np.testing.assert_array_equal(zarr.open_array(store, path="v", mode="r")[...], y.compute())
 
 
@@ -382,7 +382,7 @@ def test_plan_appended_grid_keeps_regular_dimensions_only_when_asked(tmp_path):
 
     x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (10, 10)))
     arr = shardwise.to_zarr(x, tmp_path / "s.zarr", path="v")
-    with enabled():
+    with rectilinear_grids():
         meta = zarr.open_array(tmp_path / "s.zarr", path="v", mode="r").metadata
     assert rectilinear(meta)
     grown = appended_grid(meta, "v", ["a", "b"], 0, (5, 15))
@@ -401,7 +401,7 @@ def test_both_paths_plan_the_same_rectilinear_grid(tmp_path):
     x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (8, 8, 4)))
     shardwise.to_zarr(x, tmp_path / "a.zarr", path="v")
     shardwise.to_zarr(xr.Dataset({"v": (("y", "x"), x)}), tmp_path / "b.zarr", consolidated=False)
-    with enabled():
+    with rectilinear_grids():
         a = zarr.open_array(tmp_path / "a.zarr", path="v", mode="r").metadata
         b = zarr.open_array(tmp_path / "b.zarr", path="v", mode="r").metadata
     assert a.chunk_grid == b.chunk_grid

@@ -11,7 +11,8 @@ import pytest
 import zarr
 
 import shardwise
-from shardwise.format import html as h
+import shardwise._html as h
+from shardwise._html import ShardState
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = '<script>alert("x")</script>&\'"'
@@ -76,8 +77,8 @@ def test_rectilinear_shards_are_drawn_to_scale():
 def test_huge_grids_are_drawn_in_blocks_and_say_so():
     n = 10_000
     edges = [np.append(np.arange(n) * 4, 4 * n - 1), np.append(np.arange(n) * 4, 4 * n)]
-    state = np.full((n, n), h.ABSENT, dtype=np.int8)
-    state[0, 0] = h.STORED
+    state = np.full((n, n), ShardState.ABSENT, dtype=np.int8)
+    state[0, 0] = ShardState.STORED
     svg = h.grid_svg(edges, ["y", "x"], state=state, stored=np.zeros((n, n)))
     cells = rects(svg)
     assert len(cells) <= h.MAX_CELLS
@@ -86,8 +87,8 @@ def test_huge_grids_are_drawn_in_blocks_and_say_so():
 
 def test_more_axes_are_projected_and_named():
     edges = [[0, 2, 4], [0, 5, 10], [0, 3, 6]]
-    state = np.full((2, 2, 2), h.ABSENT, dtype=np.int8)
-    state[1, 0, 1] = h.STORED
+    state = np.full((2, 2, 2), ShardState.ABSENT, dtype=np.int8)
+    state[1, 0, 1] = ShardState.STORED
     svg = h.grid_svg(edges, ["time", "y", "x"], state=state)
     cells = rects(svg)
     assert len(cells) == 4

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import shardwise.format.rectilinear as rl
+from shardwise._flags import rectilinear_grids
 from shardwise.array.call import checked_mode, dask_call, given_shape_and_dtype, is_array
 from shardwise.array.claims import append_failed, call_token, claim_of, release
 from shardwise.array.create import create, plan_new
@@ -203,9 +203,9 @@ def write_array(
         session,
         # (a new array's metadata is put after its data, but not where the delayed
         # must leave it there at once, nor in a session, whose commit is all or none)
-        staged=compute and session is None,
+        stage_metadata=compute and session is None,
     )
-    with rl.enabled():  # zarr-python reads and writes rectilinear grids with its flag on
+    with rectilinear_grids():  # zarr-python reads and writes rectilinear grids with its flag on
         target = write.target(x)
     return write.data(target, compute=compute, commit=commit, return_stored=return_stored)
 
@@ -264,7 +264,7 @@ class _Write:
     creation: Mapping[str, Any]
     options: WriteOptions
     session: Any
-    staged: bool
+    stage_metadata: bool
 
     def __post_init__(self) -> None:
         self.name = self.path.strip("/") or "/"
@@ -340,7 +340,7 @@ class _Write:
             self.mode,
             self.storage_options,
             self.options.write_empty_chunks,
-            staged=self.staged,
+            staged=self.stage_metadata,
         )
         return _Target(x, arr, (0,) * x.ndim, True, staged)
 

@@ -149,8 +149,6 @@ def checked_mode(mode: str | None, region: Any, append_dim: Any, name: str) -> s
 
 def is_array(obj: Any) -> bool:
     """Whether ``obj`` is a dask array (and not an xarray object)."""
-    try:
-        import dask.array as da
-    except ImportError:  # pragma: no cover - dask is a dependency
-        return False
+    import dask.array as da
+
     return isinstance(obj, da.Array)

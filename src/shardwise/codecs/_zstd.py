@@ -28,13 +28,11 @@ __all__ = ["ZstdEncode", "zstd_decompress_into"]
 
 
 @functools.cache
-def _zstd_cffi() -> tuple[Any, Any] | None:
+def _zstd_cffi() -> tuple[Any, Any]:
     """python-zstandard's cffi binding of libzstd (``ffi``, ``lib``), which compresses
-    into memory the caller gives; None where it cannot load (no ``cffi``). Loaded once."""
-    try:
-        from zstandard import backend_cffi
-    except ImportError:  # pragma: no cover - cffi is a dependency
-        return None
+    into memory the caller gives (``cffi`` is a dependency of shardwise). Loaded once."""
+    from zstandard import backend_cffi
+
     return backend_cffi.ffi, backend_cffi.lib
 
 
@@ -46,16 +44,7 @@ def zstd_decompress_into(src: memoryview, out: npt.NDArray[np.uint8]) -> int | N
     ``ZSTD_decompressDCtx`` through python-zstandard's cffi binding and one decompression
     context per thread: nothing is written past ``out`` and nothing of the output's size
     is allocated. Returns the size, or None when the frames hold more than ``out``."""
-    binding = _zstd_cffi()
-    if binding is None:  # pragma: no cover - cffi is a dependency
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(bytes(src), read_across_frames=True)
-        view, done = memoryview(out), 0
-        while done < out.size and (got := reader.readinto(view[done:])):
-            done += got
-        return None if reader.read(1) else done
-    ffi, lib = binding
+    ffi, lib = _zstd_cffi()
     dctx = getattr(_DCTX, "dctx", None)
     if dctx is None:
         dctx = ffi.gc(lib.ZSTD_createDCtx(), lib.ZSTD_freeDCtx)
@@ -117,12 +106,7 @@ class ZstdEncode:
     def encode_into(self, data: Any, out: npt.NDArray[np.uint8]) -> int:
         """Compress ``data`` (C-contiguous) into ``out`` (at least :meth:`bound` bytes);
         returns the frame's size."""
-        binding = _zstd_cffi()
-        if binding is None:  # pragma: no cover - cffi is a dependency
-            frame = self.encode(data)
-            out[: len(frame)] = np.frombuffer(frame, dtype=np.uint8)
-            return len(frame)
-        ffi, lib = binding
+        ffi, lib = _zstd_cffi()
         raw = getattr(self._local, "raw", None)
         if raw is None:
             raw = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)

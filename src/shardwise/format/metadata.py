@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
+from shardwise._flags import rectilinear_grids
 from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError, VersionError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.names import node_path
-from shardwise.format.rectilinear import enabled
 
 __all__ = ["ArrayInfo", "metadata_key", "node_document", "parse_document", "read_document"]
 
@@ -109,7 +109,7 @@ def parse_document(raw: bytes, key: str) -> Any:
     try:
         if node == "group":
             return _compat.GroupMetadata.from_dict(doc)
-        with enabled():  # zarr-python reads rectilinear grids only with its flag on
+        with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
             return _compat.ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
         raise UnsupportedCodecError(

@@ -90,10 +90,8 @@ def distributed_bar(futures: Sequence[Any], desc: str, *, auto: bool = False) ->
 
 def _client() -> Any:
     """The distributed client that dask computes on by default, or None."""
-    try:
-        from distributed import default_client
-    except ImportError:
-        return None
+    from distributed import default_client
+
     try:
         return default_client()
     except ValueError:  # no client

@@ -19,10 +19,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise._flags import rectilinear_grids
 from shardwise.errors import RegionConflictError, UnsupportedArrayError, WriteError
 from shardwise.format.grid import ShardLayout
 from shardwise.format.metadata import ArrayInfo
-from shardwise.format.rectilinear import enabled
 
 __all__ = ["check_regions", "shared_shards"]
 
@@ -51,7 +51,7 @@ def _grids(
     """The arrays directly in the group (those in ``variables``, when given)."""
     import zarr
 
-    with enabled():  # zarr-python reads rectilinear grids only with its flag on
+    with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
         root = zarr.open_group(store, path=group or "", mode="r", storage_options=storage_options)
         arrays = sorted(root.arrays())
     out = []

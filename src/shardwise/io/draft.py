@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise.errors import NotAZarrStoreError, UnsupportedArrayError, UnsupportedCodecError
+from shardwise.errors import (
+    NotAZarrStoreError,
+    UnsupportedArrayError,
+    UnsupportedCodecError,
+    is_client_error,
+)
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import node_name, node_path
 from shardwise.format.v2 import compressor_codecs, equivalent_metadata
@@ -219,6 +224,24 @@ class DraftStore:
         if opened is None or opened.format != DRAFT:
             return None
         return cls(opened.store, opened.prefix)
+
+    @classmethod
+    def after(
+        cls, error: BaseException, store: Any, storage_options: dict[str, Any] | None = None
+    ) -> DraftStore | None:
+        """The draft store at ``store``, looked for because zarr-python failed to open
+        it with ``error`` (a draft has no ``zarr.json`` where zarr-python looks): None
+        when there is none, when ``error`` is the store's own failure (an I/O error: no
+        draft is looked for after one), or when the look fails too (the first error
+        stands)."""
+        if not isinstance(error, FileNotFoundError) and (
+            isinstance(error, OSError) or is_client_error(error)
+        ):
+            return None
+        try:
+            return cls.open(store, storage_options)
+        except Exception:  # not a store at all
+            return None
 
     def get(self, key: str) -> bytes | None:
         from zarr.buffer import default_buffer_prototype

@@ -43,6 +43,7 @@ __all__ = [
     "has_zarr_json",
     "is_draft_root",
     "open_store",
+    "readable",
     "store_path",
 ]
 
@@ -81,23 +82,27 @@ def store_path(
     zarr 3.1's ``WrapperStore`` and ``LoggingStore``, stores of other packages) is read
     through as it is, where ``make_store_path`` would refuse it in mode ``"r"``."""
     target = session_store(store)
-    opened: Literal["r", "r+", "a", "w", "w-"] | None = mode
-    if mode == "r" and without_read_only_copy(target):
-        opened = None  # (make_store_path's "as it is")
-    found = _compat.make_store_path(target, mode=opened, storage_options=storage_options)
+    if mode == "r":
+        target = readable(target)
+    found = _compat.make_store_path(target, mode=mode, storage_options=storage_options)
     return _compat.sync(found)
 
 
-def without_read_only_copy(store: Any) -> bool:
-    """Whether ``store`` is a writable zarr-python ``Store`` that cannot make a read-only
-    copy of itself."""
+def readable(store: Any) -> Any:
+    """``store`` as ``mode="r"`` reads it, asking the store once: a writable zarr-python
+    ``Store``'s read-only copy (``with_read_only``), or, for one that cannot make one
+    (zarr 3.1's ``WrapperStore`` and ``LoggingStore``, stores of other packages), the
+    store itself in a ``StorePath``, which zarr-python reads as it is where it would
+    refuse the store in mode ``"r"``. Anything else (a path, a URL, a read-only store, a
+    ``StorePath``) unchanged."""
+    from zarr.storage import StorePath
+
     if not isinstance(store, Store) or store.read_only:
-        return False
+        return store
     try:
-        store.with_read_only(True)
+        return store.with_read_only(True)
     except NotImplementedError:
-        return True
-    return False
+        return StorePath(store)
 
 
 @dataclass(frozen=True, slots=True)

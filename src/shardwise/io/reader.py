@@ -28,6 +28,8 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise._buffers import SCRATCH_LIMIT, scratch
+from shardwise._flags import rectilinear_grids
+from shardwise._html import array_html
 from shardwise.codecs import ChunkDecoder, ShardDecoder
 from shardwise.errors import (
     ArgumentError,
@@ -47,9 +49,7 @@ from shardwise.format.grid import (
     check_chunks_per_shard,
     out_len,
 )
-from shardwise.format.html import array_html
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, metadata_key
-from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.io.cache import SUPPLIED, IndexEntry
 from shardwise.io.capabilities import local_root
@@ -121,19 +121,14 @@ class ArrayReader:
         kwargs = _open_kwargs(kwargs)
         fmt = kwargs.get("zarr_format")
 
-        def draft() -> ArrayReader | None:
+        def draft(error: BaseException) -> ArrayReader | None:
             """The array when ``store`` is a draft store (looked for only when
-            zarr-python finds no array: a draft has no ``<path>/zarr.json``)."""
-            if fmt is not None:  # a format was insisted on: not the draft's
-                return None
-            try:
-                found = DraftStore.open(store, storage_options)
-            except (FileNotFoundError, *PARSE_ERRORS):
-                return None
+            zarr-python finds no array, and no format was insisted on)."""
+            found = None if fmt is not None else DraftStore.after(error, store, storage_options)
             return None if found is None else cls(found.store, found.info(path), options)
 
         try:
-            with enabled():  # zarr-python reads rectilinear grids only with its flag on
+            with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
                 arr = zarr.open_array(
                     store=store, path=path, mode="r", storage_options=storage_options, **kwargs
                 )
@@ -141,7 +136,7 @@ class ArrayReader:
         except ShardwiseError:
             raise
         except FileNotFoundError as e:
-            if (reader := draft()) is not None:
+            if (reader := draft(e)) is not None:
                 return reader
             if fmt is not None:
                 raise NotAZarrStoreError(
@@ -162,7 +157,7 @@ class ArrayReader:
                 advice=f"Check the path {store!r} and the array path.",
             ) from e
         except PARSE_ERRORS as e:  # zarr-python's own: name the zarr.json that caused it
-            if (reader := draft()) is not None:
+            if (reader := draft(e)) is not None:
                 return reader
             err = metadata_error(store, path, e, storage_options=storage_options)
             if err is e:
@@ -223,7 +218,7 @@ class ArrayReader:
         return f"<shardwise.ArrayReader {self.info.name} shape={self.shape} of {self.store}>"
 
     def _repr_html_(self) -> str:
-        """A notebook's view (:func:`~shardwise.format.html.array_html`)."""
+        """A notebook's view (:func:`~shardwise._html.array_html`)."""
         return array_html(self.info, self.store)
 
     @property

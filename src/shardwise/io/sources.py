@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import shardwise._compat as _compat
+from shardwise._flags import rectilinear_grids
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.format.metadata import PARSE_ERRORS, ArrayInfo, parse_document
 from shardwise.format.names import node_name, node_path
-from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import array_info as v2_info
 from shardwise.format.v2 import parse_documents
 from shardwise.io.draft import DraftStore
@@ -83,7 +83,7 @@ def open_source(
         return draft_source(DraftStore(opened.store, opened.prefix), base)
 
     try:
-        with enabled():
+        with rectilinear_grids():
             root = zarr.open_group(
                 store, path=base, mode="r", storage_options=storage_options, use_consolidated=False
             )

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shardwise._html import esc, frame, table
 from shardwise.errors import ShardwiseError
-from shardwise.format.html import esc, frame, table
 from shardwise.io.sources import open_source
 from shardwise.tools._text import (
     byte_size,

@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
+from shardwise._flags import rectilinear_grids
 from shardwise.errors import ShardwiseError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_path
-from shardwise.format.rectilinear import enabled
 from shardwise.format.v2 import V2ArrayInfo
 from shardwise.graph.copy import (
     CopyPlan,
@@ -313,7 +313,7 @@ def _metadata(
         dimension_names=dims,
         storage_transformers=[],
     )
-    with enabled():
+    with rectilinear_grids():
         return _compat.ArrayV3Metadata.from_dict(doc)
 
 
@@ -500,7 +500,7 @@ def prepare(
         for rel, (metadata, _, _) in targets.items():
             if resume:  # checked before anything was written
                 continue
-            with enabled():
+            with rectilinear_grids():
                 for key, buf in metadata.to_buffer_dict(proto).items():
                     _compat.sync(store.set(key_under(prefix, f"{_under(prefix, rel)}/{key}"), buf))
         for rel, (arr, copy) in copies.items():
@@ -558,7 +558,7 @@ def prepare(
     if consolidated:
         import warnings
 
-        with warnings.catch_warnings(), enabled():
+        with warnings.catch_warnings(), rectilinear_grids():
             # "not part of the Zarr v3 specification": xarray's to_zarr writes it too
             warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
             zarr.consolidate_metadata(root.store_path.store, root.store_path.path or None)
@@ -638,7 +638,7 @@ def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:
 
     key = f"{where}/zarr.json"
     buf = _compat.sync(store.get(key, default_buffer_prototype()))
-    with enabled():
+    with rectilinear_grids():
         want = json.loads(
             metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
         )

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
+from shardwise._html import esc, frame, table
 from shardwise.codecs import Context, ShardDecoder, verify_crc32c
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
-from shardwise.format.html import esc, frame, table
 from shardwise.format.index import EMPTY
 from shardwise.format.metadata import metadata_key, read_document
 from shardwise.graph.progress import bar_class

@@ -7,7 +7,7 @@ shard grid drawn as SVG (:class:`ShardGrid`), shown by Jupyter through ``_repr_h
 shard to scale (regular and rectilinear grids), absent shards blank, stored ones
 shaded by the share of their inner chunks stored, damaged ones (a
 :class:`~shardwise.VerifyReport`'s, given as ``damaged``) red; the picture is
-bounded whatever the grid's size (see :mod:`shardwise.format.html`).
+bounded whatever the grid's size (see :mod:`shardwise._html`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shardwise.format import html as h
+import shardwise._html as h
+from shardwise._html import ShardState
 from shardwise.tools._text import byte_size
 from shardwise.tools.verify import VerifyReport
 
@@ -101,19 +102,19 @@ class ShardGrid:
             edges.append(np.append(starts, end))
         stored = np.asarray(v["chunks_stored"].values)
         total = np.asarray(v["chunks"].values)
-        state = np.where(stored > 0, h.STORED, h.ABSENT).astype(np.int8)
+        state = np.where(stored > 0, ShardState.STORED, ShardState.ABSENT).astype(np.int8)
         for d in self.damaged:
             if len(d) == state.ndim and all(
                 0 <= i < s for i, s in zip(d, state.shape, strict=True)
             ):
-                state[d] = h.DAMAGED
+                state[d] = ShardState.DAMAGED
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(total > 0, stored / np.maximum(total, 1), np.nan)
         nbytes = np.asarray(v["stored_bytes"].values)
         ratio = np.asarray(v["ratio"].values)
 
         def label(where: tuple[int, ...]) -> str:
-            if state[where] == h.DAMAGED:
+            if state[where] == ShardState.DAMAGED:
                 return f"shard {where}: damaged"
             if not stored[where]:
                 return f"shard {where}: absent"

@@ -168,24 +168,6 @@ def _draft_groups(draft: Any, group: str) -> list[str]:
     return out
 
 
-def _io_error(e: BaseException) -> bool:
-    from shardwise.errors import is_client_error
-
-    if isinstance(e, FileNotFoundError):
-        return False
-    return isinstance(e, OSError) or is_client_error(e)
-
-
-def _open_draft(filename_or_obj: Any, storage_options: dict[str, Any] | None) -> Any:
-    """The store of the 2022 sharding draft at ``filename_or_obj``, or None."""
-    from shardwise.io.draft import DraftStore
-
-    try:
-        return DraftStore.open(filename_or_obj, storage_options)
-    except Exception:  # not a store at all: the first error stands
-        return None
-
-
 def _preferred_chunks(info: Any) -> tuple[int | tuple[int, ...], ...]:
     """Shard sizes per dimension as dask wants them: an int along a regular dimension,
     the data sizes (clipped at the array's end) along a rectilinear one. Where that
@@ -262,13 +244,13 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.format.metadata import metadata_key
-    from shardwise.io.open import store_path, without_read_only_copy
+    from shardwise.io.open import readable
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)
     kwargs.setdefault("mode", "r")
-    if kwargs["mode"] == "r" and without_read_only_copy(where):
-        where = store_path(where)  # (read as it is: zarr-python would refuse it in mode "r")
+    if kwargs["mode"] == "r":
+        where = readable(where)
     try:
         return opener(where, group=group, consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:
@@ -300,13 +282,13 @@ def _naming_bad_metadata(
     """Turn what zarr-python and xarray raise on a damaged ``zarr.json`` (``ValueError``,
     ``TypeError``, ``KeyError``, ``OverflowError``, an unknown codec...) into shardwise's
     error naming the document; anything else passes through unchanged."""
+    from shardwise._flags import rectilinear_grids
     from shardwise.errors import ShardwiseError
     from shardwise.format.metadata import PARSE_ERRORS
-    from shardwise.format.rectilinear import enabled
     from shardwise.io.stores import metadata_error
 
     try:
-        with enabled():  # zarr-python reads rectilinear grids only with its flag on
+        with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
             yield
     except ShardwiseError:
         raise
@@ -352,7 +334,9 @@ def _zarr_or_draft(
                 **open_kwargs,
             )
     except Exception as e:
-        draft = None if _io_error(e) else _open_draft(filename_or_obj, storage_options)
+        from shardwise.io.draft import DraftStore
+
+        draft = DraftStore.after(e, filename_or_obj, storage_options)
         if draft is not None:
             return None, draft
         from shardwise.errors import is_store_failure, naming_metadata_errors

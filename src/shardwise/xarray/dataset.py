@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import shardwise._compat as _compat
-import shardwise.format.rectilinear as rl
+from shardwise._flags import rectilinear_grids
 from shardwise.array.store import store_arrays
 from shardwise.errors import (
     ConflictError,
@@ -78,7 +78,7 @@ class DatasetWrite:
             # (what the call's token is of: its claim of rows is recorded under it)
             (_data_of(self.ds), str(self.append_dim), self.group or ""),
         )
-        with rl.enabled():  # zarr-python's flag, for this call only
+        with rectilinear_grids():  # zarr-python's flag, for this call only
             for _ in tries() if self.txn is not None else range(1):
                 done = self._metadata()
                 if done is not None:

@@ -230,6 +230,12 @@ def _defaults() -> dict[str, Any]:
     return {p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD}
 
 
+@functools.cache
+def _write_array_parameters() -> frozenset[str]:
+    """The names ``write_array`` takes."""
+    return frozenset(inspect.signature(write_array).parameters)
+
+
 def _given(args: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments of a ``to_zarr`` call (its ``locals()``) that were given: not their
     defaults (``obj``, ``store`` and the ignored ones left out), with the extra keywords."""
@@ -258,8 +264,7 @@ def _array_to_zarr(x: Any, store: Any, options: WriteOptions, given: dict[str, A
             "Nothing was written.",
         )
     creation = {k: given.pop(k, None) for k in CREATION}
-    named = inspect.signature(write_array).parameters
-    kwargs = {k: given.pop(k) for k in list(given) if k in named}
+    kwargs = {k: given.pop(k) for k in list(given) if k in _write_array_parameters()}
     return write_array(
         x, store, options=options, creation=creation, zarr_array_kwargs=given, **kwargs
     )

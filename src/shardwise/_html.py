@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -20,11 +21,8 @@ import numpy.typing as npt
 from shardwise.format.metadata import ArrayInfo
 
 __all__ = [
-    "ABSENT",
-    "DAMAGED",
     "MAX_CELLS",
-    "STORED",
-    "UNKNOWN",
+    "ShardState",
     "array_html",
     "esc",
     "frame",
@@ -32,18 +30,25 @@ __all__ = [
     "table",
 ]
 
-# the state of a shard (or of a block of shards: the highest of its shards')
-UNKNOWN = 0  # not looked at (an ArrayReader draws the grid without reading indexes)
-ABSENT = 1
-STORED = 2
-DAMAGED = 3
+
+class ShardState(IntEnum):
+    """What a picture shows of a shard (of a block of shards: the highest of its
+    shards')."""
+
+    UNKNOWN = 0  # not looked at (an ArrayReader draws the grid without reading indexes)
+    ABSENT = 1
+    STORED = 2
+    DAMAGED = 3
+
+
+UNKNOWN, ABSENT, STORED, DAMAGED = ShardState
 
 MAX_CELLS = 2500  # cells drawn at the most (50 x 50)
 _SIDE = 50  # cells along an axis at the most
 _WIDTH = 360.0  # pixels along the picture's longer axis
 _MIN = 24.0  # pixels along the shorter one, at the least
 
-_FILL = {UNKNOWN: "#ECB172", ABSENT: "#ffffff", DAMAGED: "#d62728"}
+_FILL: dict[int, str] = {UNKNOWN: "#ECB172", ABSENT: "#ffffff", DAMAGED: "#d62728"}
 _STORED = "#1f77b4"
 
 
@@ -102,8 +107,8 @@ def grid_svg(
 ) -> str:
     """An SVG of a shard grid. ``edges``: per axis, where each shard starts, and the
     array's length last (a regular grid's last shard clipped at it); ``names``: the axes'
-    names. ``state``: per shard, :data:`UNKNOWN`, :data:`ABSENT`, :data:`STORED` or
-    :data:`DAMAGED` (default: unknown); ``stored``: per shard, the fraction of its inner
+    names. ``state``: per shard, :class:`ShardState` values (``UNKNOWN``, ``ABSENT``, ``STORED`` or
+    ``DAMAGED``) (default: unknown); ``stored``: per shard, the fraction of its inner
     chunks stored (0-1, NaN unknown), which shades it; ``label``: a shard's tooltip.
 
     One axis is drawn as a row; two as rows and columns (the last axis across, as dask
