@@ -13,7 +13,7 @@ import dask.config
 import pytest
 
 import shardwise.config as config
-from shardwise.graph.tasks import retries
+from shardwise.io.retry import retries
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "shardwise"
 
@@ -59,7 +59,7 @@ def _in_a_new_process(code: str, **env: str) -> str:
 
 def test_dasks_environment_variables_set_shardwise():
     code = (
-        "from shardwise.graph.tasks import retries; from shardwise import config; "
+        "from shardwise.io.retry import retries; from shardwise import config; "
         "print(retries(), config.get_bytes('chunk-bytes'), config.index_cache_bytes())"
     )
     assert _in_a_new_process(code) == f"100 {1 << 20} {64 << 20}"

@@ -340,9 +340,9 @@ def test_threads_scheduler_and_memory_store():
         np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), data)
 
 
-# -- the write planner the dask-array and xarray paths share (shardwise.array.plan) ---------
+# -- the write planner the dask-array and xarray paths share (shardwise.array.decisions) ---------
 def test_plan_default_mode_is_the_same_for_both_paths():
-    from shardwise.array.plan import default_mode
+    from shardwise.array.decisions import default_mode
 
     assert default_mode(None, None, None) == "w-"
     assert default_mode(None, (slice(0, 2),), None) == "r+"
@@ -352,7 +352,7 @@ def test_plan_default_mode_is_the_same_for_both_paths():
 
 
 def test_plan_grids_from_dask_chunks():
-    from shardwise.array.plan import dask_edges, dask_grid, padded_edges
+    from shardwise.array.decisions import dask_edges, dask_grid, padded_edges
 
     assert dask_grid(((20, 20, 5), (40,), ())) == (20, 40, 1)
     edges = dask_edges("v", ["a", "b", "c"], ((10, 20, 5), (8, 8, 4), (7,)))
@@ -364,7 +364,7 @@ def test_plan_grids_from_dask_chunks():
 
 
 def test_plan_regions_and_dtypes():
-    from shardwise.array.plan import castable, region_bounds
+    from shardwise.array.decisions import castable, region_bounds
 
     assert region_bounds(slice(None), 10) == (0, 10)
     assert region_bounds(slice(-4, None), 10) == (6, 10)
@@ -378,7 +378,7 @@ def test_plan_regions_and_dtypes():
 
 @pytest.mark.rectilinear
 def test_plan_appended_grid_keeps_regular_dimensions_only_when_asked(tmp_path):
-    from shardwise.array.plan import appended_grid, rectilinear
+    from shardwise.array.decisions import appended_grid, rectilinear
 
     x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (10, 10)))
     arr = shardwise.to_zarr(x, tmp_path / "s.zarr", path="v")

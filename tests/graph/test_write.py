@@ -17,10 +17,10 @@ from shardwise.format.grid import ShardLayout
 from shardwise.format.index import IndexFormat
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.shard import assemble_shard, write_order
-from shardwise.graph.plan import batch_bounds, plan_write, split_block
-from shardwise.graph.plan import shard_box as planned_box
 from shardwise.graph.target import ShardSink
 from shardwise.graph.write import store_dask_array
+from shardwise.graph.write_plan import batch_bounds, plan_write, split_block
+from shardwise.graph.write_plan import shard_box as planned_box
 from shardwise.io.capabilities import copies_out
 from shardwise.io.reader import ArrayReader
 from shardwise.testing import CountingStore

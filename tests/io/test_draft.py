@@ -314,7 +314,7 @@ def test_bad_index_entries_are_errors_naming_array_key_and_chunk(tmp_path, edit,
 
 # -- the one opener: store, path and format ---------------------------------------------------
 def test_open_store_tells_the_formats_apart(tmp_path):
-    from shardwise.io.open import DRAFT, V2, V3, open_store
+    from shardwise.io.opener import DRAFT, V2, V3, open_store
 
     draft = open_store(LEGACY / "hierarchy")
     assert (draft.format, draft.document, draft.root, draft.prefix) == (DRAFT, "zarr.json", "", "")

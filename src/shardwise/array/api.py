@@ -21,23 +21,23 @@ from shardwise._flags import rectilinear_grids
 from shardwise.array.call import checked_mode, dask_call, given_shape_and_dtype, is_array
 from shardwise.array.claims import append_failed, call_token, claim_of, release
 from shardwise.array.create import create, plan_new
-from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
-from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
-from shardwise.array.plan import (
+from shardwise.array.decisions import (
     check_guardable,
     check_known_chunks,
     default_format,
     without_empty_blocks,
 )
+from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
+from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
 from shardwise.array.read import from_zarr
 from shardwise.array.sources import check_not_replacing_sources
 from shardwise.array.store import store_arrays
 from shardwise.errors import ConflictError, ShardwiseError, WriteError
 from shardwise.format.grid import check_write_geometry
 from shardwise.graph.options import WriteOptions
-from shardwise.graph.tasks import retries, tries
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_session, refuse_commit
+from shardwise.io.retry import retries, tries
 from shardwise.io.staged import StagedWrite
 
 __all__ = ["from_zarr", "is_array", "to_zarr", "write_array"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.array.plan import (
+from shardwise.array.decisions import (
     castable,
     default_mode,
 )

@@ -25,8 +25,8 @@ from shardwise.errors import (
     naming_metadata_errors,
 )
 from shardwise.format.metadata import node_document
-from shardwise.graph.tasks import retries, tries
 from shardwise.io.conditional import Conditional, distinct
+from shardwise.io.retry import retries, tries
 
 __all__ = [
     "CLAIMS",

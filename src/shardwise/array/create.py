@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 import shardwise.format.rectilinear as rl
-from shardwise.array.plan import (
+from shardwise.array.decisions import (
     GridPlan,
     axis_of,
     chunk_target,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import shardwise.format.rectilinear as rl
-from shardwise.array.plan import (
+from shardwise.array.decisions import (
     appended_grid,
     axis_of,
     castable,
@@ -17,7 +17,7 @@ from shardwise.array.plan import (
     region_bounds,
 )
 from shardwise.errors import StoreExistsError, WriteError
-from shardwise.io.open import store_path
+from shardwise.io.opener import store_path
 
 __all__ = ["existing_array", "grown_grid", "into_existing", "meta_key"]
 

@@ -16,7 +16,7 @@ from shardwise.array.claims import with_claim
 from shardwise.errors import naming_metadata_errors
 from shardwise.format.rectilinear import grid_of
 from shardwise.io.conditional import Conditional, Version, distinct
-from shardwise.io.open import conditional_path
+from shardwise.io.opener import conditional_path
 from shardwise.io.stores import write_grid
 
 __all__ = ["append_guard", "grow", "grow_if", "metadata_version"]

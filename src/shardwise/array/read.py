@@ -3,7 +3,7 @@ graph of :mod:`shardwise.graph.read`, and the ``chunks=`` words and per-axis siz
 group whole inner chunks into dask chunks.
 
 Apart from the write path (:mod:`shardwise.array.api`), which it shares nothing with but
-how axis numbers are read (:func:`shardwise.array.plan.axis_of`).
+how axis numbers are read (:func:`shardwise.array.decisions.axis_of`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardwise.array.plan import axis_of, no_axis
+from shardwise.array.decisions import axis_of, no_axis
 from shardwise.errors import ChunksError
 from shardwise.graph.read import block_sizes, fanout_array
 from shardwise.io.capabilities import fsspec_store, in_memory

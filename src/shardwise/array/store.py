@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from shardwise.array.plan import check_known_chunks, data_write
+from shardwise.array.decisions import check_known_chunks, data_write
 from shardwise.errors import WriteError
 from shardwise.graph.options import WriteOptions
 from shardwise.graph.progress import compute as compute_with_progress

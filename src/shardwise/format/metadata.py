@@ -14,7 +14,18 @@ from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError, Versi
 from shardwise.format.grid import ShardLayout
 from shardwise.format.names import node_path
 
-__all__ = ["ArrayInfo", "metadata_key", "node_document", "parse_document", "read_document"]
+__all__ = [
+    "FIXED_KINDS",
+    "ArrayInfo",
+    "metadata_key",
+    "node_document",
+    "parse_document",
+    "read_document",
+]
+
+FIXED_KINDS = "biufcmM"
+"""The numpy dtype kinds of fixed size (numbers, booleans, times): what the shard writer
+encodes itself. Others (strings, objects) go through zarr-python."""
 
 
 # The largest extent numpy, dask and xarray can index (int64).

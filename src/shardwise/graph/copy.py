@@ -48,9 +48,9 @@ from shardwise.codecs import ShardDecoder
 from shardwise.errors import ShardwiseError, naming_io_errors
 from shardwise.format.grid import ReadPlan
 from shardwise.format.metadata import ArrayInfo
-from shardwise.graph.plan import shard_box
 from shardwise.graph.target import WriteTarget
 from shardwise.graph.write import wait_for
+from shardwise.graph.write_plan import shard_box
 from shardwise.io.listing import list_keys_sync
 from shardwise.io.reader import ArrayReader
 

@@ -12,7 +12,7 @@ import numpy as np
 import shardwise.config as config
 from shardwise.errors import WriteError
 from shardwise.format.shard import WRITE_ORDERS
-from shardwise.graph.plan import check_encode_split, check_shards_per_task
+from shardwise.graph.write_plan import check_encode_split, check_shards_per_task
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from shardwise.format.grid import check_chunks_per_shard
 from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under
 from shardwise.format.shard import ShardBuilder, build_shard, write_order
-from shardwise.graph.plan import Box, Shard
+from shardwise.graph.write_plan import Box, Shard
 from shardwise.io.capabilities import conditional, copies_out, sync_io
 from shardwise.io.conditional import Conditional, Version
 from shardwise.io.reader import ArrayReader

@@ -18,36 +18,30 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
-import time
-from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-import shardwise.config as config
 from shardwise.codecs import ShardDecoder
-from shardwise.errors import ConflictError, WriteError
+from shardwise.errors import ConflictError
 from shardwise.format.grid import ChunkRead
-from shardwise.graph.plan import Box, Shard, inside, intersect, local, shard_box, split_block
 from shardwise.graph.target import WriteTarget
+from shardwise.graph.write_plan import Box, Shard, inside, intersect, local, shard_box, split_block
 from shardwise.io.conditional import ABSENT, Version
 from shardwise.io.icechunk import distinct
 from shardwise.io.reader import ArrayReader
+from shardwise.io.retry import retries, tries
 
 __all__ = [
     "Contribution",
     "StoredBlock",
-    "backoff",
     "conflicts",
     "done",
     "encode_batch",
     "encode_block",
     "merge_sessions",
     "pick",
-    "retries",
-    "tries",
     "session_of",
     "write_shard",
 ]
@@ -254,7 +248,7 @@ def write_shard(
     against other jobs (:meth:`WriteTarget.guard`), the stored shard is read with its
     version and the merged one put only if that is unchanged; on a conflict the shard is
     read and merged again, after a pause that grows (with jitter) from try to try, up to
-    :func:`retries` tries, then :class:`~shardwise.errors.ConflictError`. A shard the
+    :func:`~shardwise.io.retry.retries` tries, then :class:`~shardwise.errors.ConflictError`. A shard the
     array was just created without is first put as a new object, with no read."""
     chunks: dict[tuple[int, ...], bytes | None] = {}
     pieces: dict[tuple[int, ...], list[tuple[tuple[slice, ...], npt.NDArray[Any]]]] = {}
@@ -305,39 +299,6 @@ def conflicts() -> int:
     """How many conditional shard puts of this process found the shard changed by
     another writer (and were read, merged and tried again): a figure for benchmarks."""
     return _CONFLICTS[0]
-
-
-def retries() -> int:
-    """How many times a shard task tries a conditional put before it gives up: dask
-    config ``shardwise.write-retries`` (default 100: with pauses of up to 1 s, about a
-    minute of losing to other jobs before giving up)."""
-    value = config.get("write-retries")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise WriteError(
-            "unknown dask config shardwise.write-retries",
-            expected="an int >= 1",
-            found=repr(value),
-            advice="Set it with dask.config.set({'shardwise.write-retries': 100}).",
-        )
-    return value
-
-
-def tries(count: int | None = None) -> Iterator[int]:
-    """The tries of an optimistic write, ``0`` to ``count - 1`` (default
-    :func:`retries`), with the pause of :func:`backoff` before each try after the
-    first: a loop over them ends with a success (``break``, ``return``) or runs out."""
-    count = retries() if count is None else count
-    for attempt in range(count):
-        if attempt:
-            time.sleep(backoff(attempt - 1))
-        yield attempt
-
-
-def backoff(attempt: int) -> float:
-    """The pause after failed try ``attempt`` (from 0): a random time up to 10 ms
-    doubled per try, at most 1 s ("full jitter"), so that writers that collided do not
-    collide again in step."""
-    return random.uniform(0, min(1.0, 0.01 * 2**attempt))
 
 
 def _merged(

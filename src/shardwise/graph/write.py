@@ -34,7 +34,7 @@ shard. The plan (:class:`WritePlan`) is a pure value built without I/O, one
 shards along each dimension, not their product; the graph is built in one pass over the
 shards that need a shard task (none when the dask chunks are unions of shards).
 
-This module builds the graph (no I/O): the plan is :mod:`shardwise.graph.plan`, the tasks
+This module builds the graph (no I/O): the plan is :mod:`shardwise.graph.write_plan`, the tasks
 that run on the workers are :mod:`shardwise.graph.tasks`, and every shard is stored
 through :mod:`shardwise.graph.target`. It also holds what the array and xarray layers
 build on: :func:`data_graph` (one variable's write, through the shard writer or, for what
@@ -55,16 +55,8 @@ from dask.delayed import Delayed
 import shardwise._compat as _compat
 import shardwise.config as config
 from shardwise._gc import paused_gc
-from shardwise.format.metadata import ArrayInfo
+from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.shard import WRITE_ORDERS
-from shardwise.graph.plan import (
-    WritePlan,
-    batch_bounds,
-    check_encode_split,
-    check_shards_per_task,
-    plan_write,
-    split_dim,
-)
 from shardwise.graph.read import stored_reader
 from shardwise.graph.target import WriteTarget
 from shardwise.graph.tasks import (
@@ -77,6 +69,14 @@ from shardwise.graph.tasks import (
     session_of,
     write_shard,
 )
+from shardwise.graph.write_plan import (
+    WritePlan,
+    batch_bounds,
+    check_encode_split,
+    check_shards_per_task,
+    plan_write,
+    split_dim,
+)
 from shardwise.io.stores import store_token
 
 if TYPE_CHECKING:
@@ -84,7 +84,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAN_IN",
-    "FIXED_KINDS",
     "WriteDelayed",
     "data_graph",
     "encode_split_chunks",
@@ -570,9 +569,6 @@ def store_dask_array(
     return wait_for(
         names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards], combine=combine
     )
-
-
-FIXED_KINDS = "biufcmM"  # dtype kinds the shard writer handles (fixed size)
 
 
 def finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:

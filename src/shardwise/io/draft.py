@@ -35,7 +35,7 @@ from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import node_name, node_path
 from shardwise.format.v2 import compressor_codecs, equivalent_metadata
 from shardwise.io.listing import list_names
-from shardwise.io.open import DRAFT, DRAFT_FORMAT, is_draft_root, open_store
+from shardwise.io.opener import DRAFT, DRAFT_FORMAT, is_draft_root, open_store
 
 __all__ = [
     "DRAFT_FORMAT",
@@ -219,7 +219,7 @@ class DraftStore:
     @classmethod
     def open(cls, store: Any, storage_options: dict[str, Any] | None = None) -> DraftStore | None:
         """The draft store at ``store`` (a path, URL or ``Store``), or None when what is
-        there is not a draft store (:func:`~shardwise.io.open.open_store` tells)."""
+        there is not a draft store (:func:`~shardwise.io.opener.open_store` tells)."""
         opened = open_store(store, storage_options, draft_only=True)
         if opened is None or opened.format != DRAFT:
             return None

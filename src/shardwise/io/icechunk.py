@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from shardwise.errors import WriteError
+from shardwise.format.metadata import FIXED_KINDS
 
 __all__ = [
     "out_of_bounds",
@@ -31,8 +32,6 @@ __all__ = [
     "merge_into",
     "refuse_commit",
 ]
-
-FIXED_KINDS = "biufcmM"
 
 
 def check_dataset(

@@ -14,6 +14,10 @@ was lost may have been applied, and its retry then fails its condition against t
 very write. The conditional puts settle such an outcome by looking at what the store
 holds (:meth:`shardwise.io.conditional.Conditional.put`); this module only says what is
 transient and how long to wait.
+
+The optimistic writes of independent jobs (a conditional put that found the object
+changed: read, merge, try again) take their tries from here too (:func:`tries`: dask
+config ``shardwise.write-retries``, with :func:`backoff`'s pauses).
 """
 
 from __future__ import annotations
@@ -21,13 +25,25 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import shardwise.config as config
+from shardwise.errors import WriteError
 
-__all__ = ["RetryPolicy", "count", "policy", "retried", "retrying", "transient"]
+__all__ = [
+    "RetryPolicy",
+    "backoff",
+    "count",
+    "policy",
+    "retried",
+    "retries",
+    "retrying",
+    "transient",
+    "tries",
+]
 
 _STATUSES = frozenset({500, 502, 503, 504})
 _CODES = frozenset(
@@ -147,3 +163,37 @@ async def retrying[T](
                 raise
             count(error)
             await asyncio.sleep(rules.pause(attempt))
+
+
+# -- optimistic writes: tries against other jobs ---------------------------------------------
+def retries() -> int:
+    """How many times a shard task tries a conditional put before it gives up: dask
+    config ``shardwise.write-retries`` (default 100: with pauses of up to 1 s, about a
+    minute of losing to other jobs before giving up)."""
+    value = config.get("write-retries")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WriteError(
+            "unknown dask config shardwise.write-retries",
+            expected="an int >= 1",
+            found=repr(value),
+            advice="Set it with dask.config.set({'shardwise.write-retries': 100}).",
+        )
+    return value
+
+
+def tries(count: int | None = None) -> Iterator[int]:
+    """The tries of an optimistic write, ``0`` to ``count - 1`` (default
+    :func:`retries`), with the pause of :func:`backoff` before each try after the
+    first: a loop over them ends with a success (``break``, ``return``) or runs out."""
+    count = retries() if count is None else count
+    for attempt in range(count):
+        if attempt:
+            time.sleep(backoff(attempt - 1))
+        yield attempt
+
+
+def backoff(attempt: int) -> float:
+    """The pause after failed try ``attempt`` (from 0): a random time up to 10 ms
+    doubled per try, at most 1 s ("full jitter"), so that writers that collided do not
+    collide again in step."""
+    return random.uniform(0, min(1.0, 0.01 * 2**attempt))

@@ -22,13 +22,13 @@ from shardwise.format.v2 import array_info as v2_info
 from shardwise.format.v2 import parse_documents
 from shardwise.io.draft import DraftStore
 from shardwise.io.listing import list_names
-from shardwise.io.open import DRAFT, FORMATS, V2, V3, open_store, store_path
+from shardwise.io.opener import DRAFT, FORMATS, V2, V3, open_store, store_path
 from shardwise.io.stores import metadata_error
 
 __all__ = ["Source", "draft_source", "open_source"]
 
 KINDS = FORMATS
-"""The kinds of store a :class:`Source` is (:data:`shardwise.io.open.FORMATS`)."""
+"""The kinds of store a :class:`Source` is (:data:`shardwise.io.opener.FORMATS`)."""
 
 
 @dataclass

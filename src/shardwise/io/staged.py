@@ -33,7 +33,7 @@ from typing import Any
 import shardwise._compat as _compat
 from shardwise.errors import naming_io_errors
 from shardwise.format.metadata import node_document
-from shardwise.io.open import store_path
+from shardwise.io.opener import store_path
 from shardwise.io.overlay import OverlayStore
 
 __all__ = ["StagedWrite", "around_data", "metadata_order", "staged_write"]

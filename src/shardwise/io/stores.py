@@ -1,7 +1,7 @@
 """Byte I/O over zarr-python's ``Store`` API: options, range coalescing, where a store is
 (overlap checks between a source and a destination) and naming the document that could
 not be read. The per-process shard-index cache and the index channel are owned by
-:mod:`shardwise.io.cache`, opening stores is :mod:`shardwise.io.open` and listing them
+:mod:`shardwise.io.cache`, opening stores is :mod:`shardwise.io.opener` and listing them
 :mod:`shardwise.io.listing`.
 
 All requests are coroutines run on zarr-python's I/O event loop (``zarr.core.sync``), so
@@ -30,7 +30,7 @@ from shardwise.io.capabilities import (
     obstore_of,
 )
 from shardwise.io.listing import metadata_keys
-from shardwise.io.open import store_path
+from shardwise.io.opener import store_path
 
 __all__ = [
     "ByteRange",

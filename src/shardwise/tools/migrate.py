@@ -32,7 +32,7 @@ from shardwise.graph.copy import copy_graph
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import done
 from shardwise.io.draft import DraftStore
-from shardwise.io.open import has_zarr_json, open_store
+from shardwise.io.opener import has_zarr_json, open_store
 from shardwise.io.sources import draft_source
 from shardwise.io.stores import check_apart, check_replaceable, location
 from shardwise.tools.reshard import prepare

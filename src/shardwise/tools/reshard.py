@@ -62,7 +62,7 @@ from shardwise.graph.copy import (
     shards_to_fill,
 )
 from shardwise.graph.progress import compute as compute_with_progress
-from shardwise.io.open import has_zarr_json
+from shardwise.io.opener import has_zarr_json
 from shardwise.io.sources import KINDS, Source, open_source
 from shardwise.io.stores import check_apart, check_replaceable, location
 

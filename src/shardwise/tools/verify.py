@@ -44,7 +44,7 @@ from shardwise.format.metadata import metadata_key, read_document
 from shardwise.graph.progress import bar_class
 from shardwise.io.draft import DraftStore, is_draft_root
 from shardwise.io.listing import list_keys, metadata_keys
-from shardwise.io.open import store_path
+from shardwise.io.opener import store_path
 from shardwise.io.reader import ArrayReader
 from shardwise.io.shard_index import Tally, read_shard_index
 

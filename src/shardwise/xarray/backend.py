@@ -244,7 +244,7 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.format.metadata import metadata_key
-    from shardwise.io.open import readable
+    from shardwise.io.opener import readable
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)

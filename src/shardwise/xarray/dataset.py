@@ -24,7 +24,7 @@ from shardwise.errors import (
     is_client_error,
 )
 from shardwise.graph.options import WriteOptions
-from shardwise.graph.tasks import retries, tries
+from shardwise.io.retry import retries, tries
 from shardwise.io.staged import StagedWrite, staged_write
 from shardwise.xarray.encoding import ShardSpec, SizeSpec
 from shardwise.xarray.metadata_step import (

@@ -6,7 +6,7 @@ arrays with, and the rectilinear grids it cannot write itself.
 Apart from the metadata step (:mod:`shardwise.xarray.metadata_step`) because this is
 pure planning on a Dataset's variables, nothing opened or written; the decisions about
 grids themselves (dask chunks as shards, padding, inner chunks aimed at a size) are
-:mod:`shardwise.array.plan`'s, which the dask-array path takes too.
+:mod:`shardwise.array.decisions`'s, which the dask-array path takes too.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, Literal
 import numpy as np
 
 import shardwise.format.rectilinear as rl
-from shardwise.array.plan import chunk_target, dask_edges, dask_grid, padded_edges
+from shardwise.array.decisions import chunk_target, dask_edges, dask_grid, padded_edges
 from shardwise.errors import WriteError
 from shardwise.format.grid import auto_chunks, auto_shards
-from shardwise.graph.write import FIXED_KINDS
+from shardwise.format.metadata import FIXED_KINDS
 
 __all__ = ["ShardSpec", "SizeSpec", "check_spec", "check_v2_shards", "nested", "plan_encoding"]
 

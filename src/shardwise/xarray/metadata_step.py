@@ -11,7 +11,7 @@ untouched.
 Apart from :mod:`shardwise.xarray.to_zarr` (which runs this twice, dry and for real,
 then the data step) because this is the part that talks to xarray's ``ZarrStore``; the
 decisions it shares with the dask-array path (grids grown on append, regions, data
-types, modes) are :mod:`shardwise.array.plan`'s.
+types, modes) are :mod:`shardwise.array.decisions`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from shardwise.array.claims import (
     release,
     shown_before,
 )
-from shardwise.array.plan import (
+from shardwise.array.decisions import (
     appended_grid,
     castable,
     check_guardable,
@@ -47,16 +47,15 @@ from shardwise.array.plan import (
 from shardwise.array.store import region_offsets
 from shardwise.errors import ConflictError, StoreExistsError, WriteError
 from shardwise.format.grid import check_write_geometry
-from shardwise.format.metadata import metadata_key
-from shardwise.graph.tasks import retries, tries
-from shardwise.graph.write import FIXED_KINDS
-from shardwise.io.open import conditional_path, store_path
+from shardwise.format.metadata import FIXED_KINDS, metadata_key
+from shardwise.io.opener import conditional_path, store_path
 from shardwise.io.overlay import (
     CommitConflict,
     GuardedOverlay,
     OverlayStore,
     without_consolidated,
 )
+from shardwise.io.retry import retries, tries
 from shardwise.io.stores import write_grid
 from shardwise.xarray.encoding import (
     ShardSpec,

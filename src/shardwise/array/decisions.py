@@ -3,7 +3,7 @@ existing one grows to on append, where a region lies, which data types may go in
 existing array, the default mode, axis numbers as users give them, and the data step's
 graph (into an Icechunk fork or not).
 
-``shardwise.to_zarr`` writes one dask array (:func:`shardwise.array.api.array_to_zarr`)
+``shardwise.to_zarr`` writes one dask array (:func:`shardwise.array.api.to_zarr`)
 or the variables of a Dataset (:mod:`shardwise.xarray.to_zarr`). The two take their
 options differently (sizes per axis number, or per dimension name through xarray's
 encodings) and word their refusals for their callers, but every decision about the
@@ -25,10 +25,10 @@ import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.errors import ShardwiseError, WriteError
 from shardwise.format.grid import target_bytes
-from shardwise.format.metadata import ArrayInfo
+from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.graph.options import WriteOptions
-from shardwise.graph.write import FIXED_KINDS, data_graph
+from shardwise.graph.write import data_graph
 from shardwise.io.capabilities import conditional, icechunk_session
 
 __all__ = [
