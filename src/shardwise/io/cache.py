@@ -8,8 +8,8 @@ That owner is :class:`ProcessIndexes`, one per process (:func:`process_indexes`)
   is made on first use (a read, :func:`index_cache`, :func:`set_index_cache_size` or
   :func:`clear_index_cache`), reading its bound then (:func:`shardwise.config.index_cache_bytes`). A child
   process started by ``fork`` keeps the cached indexes (each keyed by the opened array
-  it belongs to, so still right) but starts with no supplied indexes and no loads under
-  way, and with fresh locks: the tasks and loads that held them ran in the parent's
+  it belongs to, so still right) but starts with no loads under way, and with fresh
+  locks: the tasks and loads that held them ran in the parent's
   threads, which the child does not have.
 - every part is **thread-safe**: dask's threaded scheduler reads from many threads,
   each with zarr-python's I/O loop or an event loop of its own, and all of them share
@@ -29,7 +29,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -181,56 +183,43 @@ def _same_version(a: IndexEntry, b: IndexEntry) -> bool:
     return a.version is not None and a.version == b.version
 
 
+_NONE: Mapping[Hashable, IndexEntry] = MappingProxyType({})
+_SUPPLIED: ContextVar[Mapping[Hashable, IndexEntry]] = ContextVar(
+    "shardwise_supplied", default=_NONE
+)
+
+
 class SuppliedIndexes:
-    """Shard indexes handed to this process by the index tasks of a fan-out read graph.
+    """Shard indexes handed to a read task by the index tasks of a fan-out read graph.
 
     A read task supplies the indexes it received for as long as it reads
-    (:meth:`supply`), and the reader takes them from here before it would read an index
-    itself, reading against the version each came with. Unlike :class:`IndexCache`
-    nothing stays behind: an entry lives while some task holds it (counted, so tasks of
-    one shard on several threads share it), and it does not depend on
-    ``ReadOptions.index_cache``. Thread-safe.
+    (:meth:`supply`), and the reader takes them (:meth:`current`, in the thread that
+    reads, before its requests go to an event loop) before it would read an index
+    itself, reading against the version each came with. They are held in a context
+    variable: seen by the reads of the task that supplied them and of no other task
+    (another thread, another task's context), and gone when the block ends. Unlike
+    :class:`IndexCache` nothing stays behind, and it does not depend on
+    ``ReadOptions.index_cache``.
     """
 
-    def __init__(self) -> None:
-        self._entries: dict[Hashable, list[Any]] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def current(self) -> Mapping[Hashable, IndexEntry]:
+        """The indexes supplied to this thread's (this context's) reads: cache key ->
+        index."""
+        return _SUPPLIED.get()
 
     def get(self, key: Hashable) -> IndexEntry | None:
         """The supplied index, or ``None`` when none was supplied."""
-        with self._lock:
-            held = self._entries.get(key)
-        return None if held is None else held[0]
+        return _SUPPLIED.get().get(key)
 
     @contextmanager
     def supply(self, entries: Mapping[Any, IndexEntry]) -> Iterator[None]:
-        """Make ``entries`` (cache key -> index) visible to readers in this process
-        until the block ends."""
-        with self._lock:
-            for key, entry in entries.items():
-                held = self._entries.get(key)
-                if held is None:
-                    self._entries[key] = [entry, 1]
-                else:
-                    held[1] += 1
+        """Make ``entries`` (cache key -> index) visible to the reads of this thread
+        (this context) until the block ends."""
+        token = _SUPPLIED.set(MappingProxyType({**_SUPPLIED.get(), **entries}))
         try:
             yield
         finally:
-            with self._lock:
-                for key in entries:
-                    held = self._entries[key]
-                    held[1] -= 1
-                    if held[1] == 0:
-                        del self._entries[key]
-
-    def _after_fork(self) -> None:
-        """In a child made by ``fork``: nothing supplied (the tasks that supplied ran in
-        the parent's threads), and a new lock."""
-        self._entries = {}
-        self._lock = threading.Lock()
+            _SUPPLIED.reset(token)
 
 
 class InFlight:
@@ -309,7 +298,6 @@ class ProcessIndexes:
         self._lock = threading.Lock()
         if self._cache is not None:
             self._cache._after_fork()
-        self.supplied._after_fork()
         self.in_flight._after_fork()
 
 

@@ -42,7 +42,7 @@ from shardwise.errors import (
     TruncatedShardError,
 )
 from shardwise.format.index import EMPTY
-from shardwise.io.cache import IN_FLIGHT, SUPPLIED, IndexEntry, index_cache
+from shardwise.io.cache import IN_FLIGHT, IndexEntry, index_cache
 from shardwise.io.capabilities import conditional, immutable
 from shardwise.io.conditional import Conditional, Got, Stale, Version
 from shardwise.io.icechunk import out_of_bounds
@@ -180,11 +180,13 @@ class ShardFetcher:
         decoder: ShardDecoder,
         needed: list[tuple[int, ...]],
         sem: asyncio.Semaphore,
+        supplied: IndexEntry | None = None,
     ) -> Fetched:
         """The encoded bytes of the ``needed`` inner chunks of the shard at ``key``
         (None for an empty one), or None when the shard does not exist: each from the
-        version of the shard its index came from."""
-        entry = SUPPLIED.get((self.token, key))  # an index task's, in a fan-out graph
+        version of the shard its index came from. ``supplied``: the shard's index as an
+        index task of a fan-out graph read it (:class:`~shardwise.io.cache.SuppliedIndexes`)."""
+        entry = supplied
         for attempt in range(CHANGES):
             if attempt:
                 await asyncio.sleep(_pause(attempt))

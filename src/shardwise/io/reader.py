@@ -20,7 +20,7 @@ import os
 import reprlib
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -300,7 +300,7 @@ class ArrayReader:
         sel, shape, out = self._output(selection)
         if out.size:
             plan = self.info.layout.plan(sel)
-            fetched = await self._fetch_all(plan)
+            fetched = await self._fetch_all(plan, SUPPLIED.current())
             await asyncio.to_thread(self._place, plan, fetched, out)
         return out.reshape(shape)
 
@@ -341,16 +341,26 @@ class ArrayReader:
 
     # -- execution -----------------------------------------------------------------------
     def _execute(self, plan: ReadPlan, out: npt.NDArray[Any]) -> None:
+        # the indexes a fan-out graph's task supplied, taken in the task's thread (its
+        # requests go out on zarr-python's event loop, and the shards' reads may run
+        # on the read pool's threads)
+        supplied = SUPPLIED.current()
         threads = min(read_threads(self.options.threads), len(plan.shards))
         if threads > 1:
-            self._execute_parallel(plan, out, threads)
+            self._execute_parallel(plan, out, threads, supplied)
             return
-        fetched = self._fetch_local(plan)
+        fetched = self._fetch_local(plan, supplied)
         if fetched is None:
-            fetched = _compat.sync(self._fetch_all(plan))
+            fetched = _compat.sync(self._fetch_all(plan, supplied))
         self._place(plan, fetched, out)
 
-    def _execute_parallel(self, plan: ReadPlan, out: npt.NDArray[Any], threads: int) -> None:
+    def _execute_parallel(
+        self,
+        plan: ReadPlan,
+        out: npt.NDArray[Any],
+        threads: int,
+        supplied: Mapping[Hashable, IndexEntry],
+    ) -> None:
         """:meth:`_execute` on ``threads`` threads of the process's read pool, each
         shard fetched and decoded into its own part of ``out`` by one thread (the codecs
         release the GIL). From a local file store every thread reads its shard itself,
@@ -365,13 +375,13 @@ class ArrayReader:
 
             def one(i: int) -> None:
                 part = sub(i)
-                fetched = self._fetch_local(part)
+                fetched = self._fetch_local(part, supplied)
                 if fetched is None:
-                    fetched = _compat.sync(self._fetch_all(part))
+                    fetched = _compat.sync(self._fetch_all(part, supplied))
                 self._place(part, fetched, out)
 
         else:
-            everything = _compat.sync(self._fetch_all(plan))
+            everything = _compat.sync(self._fetch_all(plan, supplied))
 
             def one(i: int) -> None:
                 self._place(sub(i), [everything[i]], out)
@@ -406,7 +416,9 @@ class ArrayReader:
                 else:
                     out[_ix(c.out)] = arr[_ix(c.local)]
 
-    def _fetch_local(self, plan: ReadPlan) -> list[Fetched] | None:
+    def _fetch_local(
+        self, plan: ReadPlan, supplied: Mapping[Hashable, IndexEntry]
+    ) -> list[Fetched] | None:
         """A plan of one whole shard of a local file store, read on this thread into its
         reused buffer (no allocation and no page faults per shard, no hop to zarr's
         event loop). The chunks are views of that buffer: decoded at once by
@@ -423,7 +435,7 @@ class ArrayReader:
         key = self.info.key(shard_read.shard)
         needed = sorted({c.inner for c in shard_read.chunks})
         fetcher = self.fetcher
-        if SUPPLIED.get((self._token, key)) is not None or not fetcher.wants_whole(decoder, needed):
+        if (self._token, key) in supplied or not fetcher.wants_whole(decoder, needed):
             return None
         with naming(self.info.name, key):  # an absent shard is no error
             try:
@@ -456,23 +468,32 @@ class ArrayReader:
         ``transient=True`` allows what :meth:`read` does with one whole shard of a local
         file store: it is read into this thread's reused buffer, and the chunks are
         views of it, valid only until this thread's next read."""
-        fetched = self._fetch_local(plan) if transient else None
+        supplied = SUPPLIED.current()
+        fetched = self._fetch_local(plan, supplied) if transient else None
         if fetched is None:
-            fetched = _compat.sync(self._fetch_all(plan))
+            fetched = _compat.sync(self._fetch_all(plan, supplied))
         return fetched
 
-    async def _fetch_all(self, plan: ReadPlan) -> list[Fetched]:
+    async def _fetch_all(
+        self, plan: ReadPlan, supplied: Mapping[Hashable, IndexEntry]
+    ) -> list[Fetched]:
+        """The shards of ``plan`` fetched (see :meth:`fetch_encoded`), with the indexes
+        ``supplied`` to this read (taken by the caller in its thread)."""
         sem = asyncio.Semaphore(self.options.concurrency)
-        return list(await asyncio.gather(*(self._fetch_shard(s, sem) for s in plan.shards)))
+        return list(
+            await asyncio.gather(*(self._fetch_shard(s, sem, supplied) for s in plan.shards))
+        )
 
-    async def _fetch_shard(self, shard_read: ShardRead, sem: asyncio.Semaphore) -> Fetched:
+    async def _fetch_shard(
+        self, shard_read: ShardRead, sem: asyncio.Semaphore, supplied: Mapping[Hashable, IndexEntry]
+    ) -> Fetched:
         key = self.info.key(shard_read.shard)
         decoder = self.decoder(shard_read.shard)
         if not isinstance(decoder, ShardDecoder):  # a chunk: one request, one version
             got = await self.fetcher.get(key, sem)
             return None if got.data is None else {(0,) * self.info.ndim: got.data}
         needed = sorted({c.inner for c in shard_read.chunks})
-        return await self.fetcher.fetch(key, decoder, needed, sem)
+        return await self.fetcher.fetch(key, decoder, needed, sem, supplied.get((self._token, key)))
 
     @property
     def token(self) -> str:
