@@ -38,7 +38,7 @@ import itertools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -135,6 +135,32 @@ def _too_many(count: int, where: str, name: str, what: str = "dask chunks") -> C
     )
 
 
+class _Axis(NamedTuple):
+    """One dimension whose chunks are being interpreted: its grid, its place among the
+    caller's ``dims`` (looked up only when a message names it), and the array's name
+    and emptiness."""
+
+    dim: DimGrid
+    dims: Sequence[Hashable]
+    axis: int
+    name: str
+    empty: bool
+
+    @property
+    def label(self) -> Hashable:
+        return self.dims[self.axis]
+
+
+class _Plan(NamedTuple):
+    """What :func:`normalize_chunks` is given for one dimension (a size, explicit sizes
+    or ``"auto"``), how many chunks that makes (0 for ``"auto"``: dask decides), and the
+    note for the :class:`ChunkRoundingWarning` when the sizes asked for were moved."""
+
+    spec: int | str | tuple[int, ...]
+    nchunks: int
+    moved: str | None = None
+
+
 def block_sizes(
     reader: ArrayReader,
     dims: Sequence[Hashable],
@@ -156,154 +182,210 @@ def block_sizes(
     from dask.utils import parse_bytes
 
     layout = reader.info.layout
-    if isinstance(chunks, str):
-        per_dim: list[DimChunks] = [chunks] * layout.ndim
-    elif isinstance(chunks, Mapping):
-        # dimensions the array does not have are someone else's (open_dataset checks them)
-        per_dim = [chunks.get(d) for d in dims]
-    else:
-        raise ChunksError(
-            "unknown chunks",
-            expected='"shards", "inner", "auto" or a dict by dimension name',
-            found=repr(chunks),
-            array=name or None,
-        )
+    per_dim = _per_dim(chunks, dims, layout.ndim, name)
     if target_bytes is None:
         target_bytes = int(parse_bytes(dask.config.get("array.chunk-size")))
-
-    bounds_of: dict[int, list[int]] = {}
-    auto: list[int] = []
-    moved: list[str] = []
     # an array holding nothing needs no reads: the chunks asked for are checked, but it
     # gets one chunk along every dimension (a huge dimension beside an empty one is fine)
     empty = 0 in layout.shape
-    for axis, (dim, want) in enumerate(zip(layout.dims, per_dim, strict=True)):
-        unit = "shards" if want is None else want if isinstance(want, str) else ""
-        if dim.extent == 0:
-            bounds_of[axis] = [0, 0]
-        elif unit == "shards" or unit == "inner":
-            if not empty and (n := _count(dim, unit)) > MAX_CHUNKS:
-                each = "shard" if unit == "shards" else "inner chunk"
-                raise _too_many(n, f"along {dims[axis]!r} (one per {each})", name)
-            bounds_of[axis] = [0, dim.extent] if empty else _boundaries(dim, unit)
-        elif want == "auto":
-            auto.append(axis)
-        elif isinstance(want, int | np.integer) and not isinstance(want, bool):
-            size = dim.extent if want == -1 else int(want)
-            if size < 1:
-                raise ChunksError(
-                    f"bad chunk size along {dims[axis]!r}",
-                    expected="a size >= 1, or -1 for the whole dimension",
-                    found=repr(want),
-                    array=name or None,
-                )
-            # inner chunks divide every shard, so multiples of the inner size are
-            # inner-chunk boundaries: round the size to the nearest multiple
-            if size >= dim.extent or empty:  # one chunk to the array's end: nothing cut
-                bounds_of[axis] = [0, dim.extent]
-            elif dim.inner is not None or dim.regular:
-                step = dim.inner_size(0)
-                rounded = size
-                if size % step:
-                    rounded = min(max(step, round(size / step) * step), dim.extent)
-                if (n := -(-dim.extent // rounded)) > MAX_CHUNKS:
-                    raise _too_many(n, f"along {dims[axis]!r} (of {rounded})", name)
-                bounds_of[axis] = [*range(0, dim.extent, rounded), dim.extent]
-                if rounded != size:
-                    moved.append(f"{dims[axis]}: {size} -> {rounded}")
-            else:  # chunks of an unsharded rectilinear grid
-                if (n := -(-dim.extent // size)) > MAX_CHUNKS:
-                    raise _too_many(n, f"along {dims[axis]!r} (of {size})", name)
-                wanted = [*range(0, dim.extent, size), dim.extent]
-                bounds_of[axis] = _snap(wanted, dim)
-                if bounds_of[axis] != wanted:
-                    moved.append(f"{dims[axis]}: {size} -> {_describe(bounds_of[axis])}")
-        elif isinstance(want, tuple | list):
-            sizes = [int(s) for s in want]
-            if sum(sizes) != dim.extent or any(s < 1 for s in sizes):
-                raise ChunksError(
-                    f"bad chunk sizes along {dims[axis]!r}",
-                    expected=f"sizes >= 1 adding up to the dimension's length {dim.extent}",
-                    found=f"{tuple(sizes)} (adding up to {sum(sizes)})",
-                    array=name or None,
-                )
-            wanted = [0, *itertools.accumulate(sizes)]
-            bounds_of[axis] = [0, dim.extent] if empty else _snap(wanted, dim)
-            if not empty and bounds_of[axis] != wanted:
-                moved.append(f"{dims[axis]}: {tuple(sizes)} -> {_describe(bounds_of[axis])}")
-        else:
-            raise ChunksError(
-                f"unknown chunks along {dims[axis]!r}",
-                expected='"shards", "inner", "auto", an int, a tuple of ints, -1 or None',
-                found=repr(want),
-                array=name or None,
-            )
-    if auto:
-        _auto_bounds(reader, dims, bounds_of, auto, target_bytes, name)
-    total = math.prod(len(bounds_of[axis]) - 1 for axis in range(layout.ndim))
-    if total > MAX_CHUNKS:
-        raise _too_many(total, "in all", name)
-    out = [
-        tuple(int(b - a) for a, b in itertools.pairwise(bounds_of[axis]))
-        for axis in range(layout.ndim)
+    plans = [
+        _plan(_Axis(dim, dims, axis, name, empty), want)
+        for axis, (dim, want) in enumerate(zip(layout.dims, per_dim, strict=True))
     ]
+    sizes = _expand(reader, dims, plans, target_bytes, name)
+    if (total := math.prod(len(s) for s in sizes)) > MAX_CHUNKS:
+        raise _too_many(total, "in all", name)
+    moved = [p.moved for p in plans if p.moved is not None]
     if moved:
-        inner_shape = tuple(d.inner if d.inner is not None else d.shards for d in layout.dims)
-        warnings.warn(
-            f"dask chunks of {name or 'the array'} must hold whole inner chunks "
-            f"(inner chunk shape {inner_shape}); moved them to inner-chunk boundaries: "
-            + "; ".join(moved),
-            ChunkRoundingWarning,
-            stacklevel=3,
+        _warn_moved(layout, name, moved)
+    return sizes
+
+
+def _per_dim(
+    chunks: str | Mapping[Hashable, DimChunks], dims: Sequence[Hashable], ndim: int, name: str
+) -> list[DimChunks]:
+    """What each dimension of the array is asked to be chunked as."""
+    if isinstance(chunks, str):
+        return [chunks] * ndim
+    if isinstance(chunks, Mapping):
+        # dimensions the array does not have are someone else's (open_dataset checks them)
+        return [chunks.get(d) for d in dims]
+    raise ChunksError(
+        "unknown chunks",
+        expected='"shards", "inner", "auto" or a dict by dimension name',
+        found=repr(chunks),
+        array=name or None,
+    )
+
+
+def _plan(ax: _Axis, want: DimChunks) -> _Plan:
+    """Check what one dimension is asked to be chunked as, and say what dask is to
+    expand it from. Refuses more than :data:`MAX_CHUNKS` chunks along it before any
+    are listed."""
+    unit = "shards" if want is None else want if isinstance(want, str) else ""
+    if ax.dim.extent == 0:
+        return _Plan((0,), 1)
+    if unit == "shards" or unit == "inner":
+        return _unit_plan(ax, unit)
+    if want == "auto":  # an empty array gets one chunk along every dimension
+        return _Plan((ax.dim.extent,), 1) if ax.empty else _Plan("auto", 0)
+    if isinstance(want, int | np.integer) and not isinstance(want, bool):
+        return _size_plan(ax, want)
+    if isinstance(want, tuple | list):
+        return _sizes_plan(ax, want)
+    raise ChunksError(
+        f"unknown chunks along {ax.label!r}",
+        expected='"shards", "inner", "auto", an int, a tuple of ints, -1 or None',
+        found=repr(want),
+        array=ax.name or None,
+    )
+
+
+def _unit_plan(ax: _Axis, unit: str) -> _Plan:
+    """One chunk per shard (``unit="shards"``) or per inner chunk (``"inner"``)."""
+    dim = ax.dim
+    if ax.empty:
+        return _Plan((dim.extent,), 1)
+    if (n := _count(dim, unit)) > MAX_CHUNKS:
+        each = "shard" if unit == "shards" else "inner chunk"
+        raise _too_many(n, f"along {ax.label!r} (one per {each})", ax.name)
+    if dim.regular:  # one size, the last chunk cut at the extent: dask's int chunks
+        step = dim.shard_size(0) if unit == "shards" else dim.inner_size(0)
+        return _Plan(min(step, dim.extent), n)
+    return _Plan(_sizes(_boundaries(dim, unit)), n)
+
+
+def _size_plan(ax: _Axis, want: int | np.integer[Any]) -> _Plan:
+    """Chunks of an int size (-1: the whole dimension)."""
+    dim = ax.dim
+    size = dim.extent if want == -1 else int(want)
+    if size < 1:
+        raise ChunksError(
+            f"bad chunk size along {ax.label!r}",
+            expected="a size >= 1, or -1 for the whole dimension",
+            found=repr(want),
+            array=ax.name or None,
         )
-    return tuple(out)
+    if size >= dim.extent or ax.empty:  # one chunk to the array's end: nothing cut
+        return _Plan(dim.extent, 1)
+    if dim.inner is None and not dim.regular:  # chunks of an unsharded rectilinear grid
+        if (n := -(-dim.extent // size)) > MAX_CHUNKS:
+            raise _too_many(n, f"along {ax.label!r} (of {size})", ax.name)
+        return _snapped(ax, [*range(0, dim.extent, size), dim.extent], f"{size}")
+    # inner chunks divide every shard, so multiples of the inner size are inner-chunk
+    # boundaries: round the size to the nearest multiple
+    step = dim.inner_size(0)
+    rounded = size
+    if size % step:
+        rounded = min(max(step, round(size / step) * step), dim.extent)
+    if (n := -(-dim.extent // rounded)) > MAX_CHUNKS:
+        raise _too_many(n, f"along {ax.label!r} (of {rounded})", ax.name)
+    moved = f"{ax.label}: {size} -> {rounded}" if rounded != size else None
+    return _Plan(rounded, n, moved)
 
 
-def _auto_bounds(
+def _sizes_plan(ax: _Axis, want: tuple[int, ...] | list[int]) -> _Plan:
+    """Chunks of explicit sizes."""
+    dim = ax.dim
+    sizes = [int(s) for s in want]
+    if sum(sizes) != dim.extent or any(s < 1 for s in sizes):
+        raise ChunksError(
+            f"bad chunk sizes along {ax.label!r}",
+            expected=f"sizes >= 1 adding up to the dimension's length {dim.extent}",
+            found=f"{tuple(sizes)} (adding up to {sum(sizes)})",
+            array=ax.name or None,
+        )
+    if ax.empty:
+        return _Plan((dim.extent,), 1)
+    return _snapped(ax, [0, *itertools.accumulate(sizes)], f"{tuple(sizes)}")
+
+
+def _snapped(ax: _Axis, wanted: list[int], asked: str) -> _Plan:
+    """Explicit sizes from the ``wanted`` boundaries moved to inner-chunk boundaries,
+    with a note saying what was ``asked`` when that moved any."""
+    bounds = _snap(wanted, ax.dim)
+    moved = None if bounds == wanted else f"{ax.label}: {asked} -> {_describe(bounds)}"
+    return _Plan(_sizes(bounds), len(bounds) - 1, moved)
+
+
+def _sizes(bounds: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(b - a) for a, b in itertools.pairwise(bounds))
+
+
+def _expand(
     reader: ArrayReader,
     dims: Sequence[Hashable],
-    bounds_of: dict[int, list[int]],
+    plans: Sequence[_Plan],
+    target: int,
+    name: str,
+) -> tuple[tuple[int, ...], ...]:
+    """Every dimension's chunk sizes, expanded by dask's :func:`normalize_chunks` (its
+    automatic chunking toward ``target`` bytes for the ``"auto"`` dimensions, then moved
+    to inner-chunk boundaries)."""
+    from dask.array.core import normalize_chunks
+
+    layout = reader.info.layout
+    auto = [axis for axis, plan in enumerate(plans) if isinstance(plan.spec, str)]
+    previous = None
+    if auto:
+        _check_auto(reader, dims, plans, auto, target, name)
+        previous = _auto_unit(reader, target)
+    sizes = normalize_chunks(
+        tuple(plan.spec for plan in plans),
+        layout.shape,
+        limit=target,
+        dtype=reader.dtype,
+        previous_chunks=previous,
+    )
+    return tuple(
+        _sizes(_snap([0, *itertools.accumulate(s)], dim)) if axis in auto else tuple(s)
+        for axis, (dim, s) in enumerate(zip(layout.dims, sizes, strict=True))
+    )
+
+
+def _check_auto(
+    reader: ArrayReader,
+    dims: Sequence[Hashable],
+    plans: Sequence[_Plan],
     auto: list[int],
     target: int,
     name: str,
 ) -> None:
-    """Fill in the ``auto`` axes of ``bounds_of`` with dask's automatic chunking toward
-    ``target`` bytes: multiples of the shard shape when a shard is no bigger than the
-    target, else multiples of the inner chunk shape; then on inner-chunk boundaries."""
-    from dask.array.core import normalize_chunks
-
+    """Refuse too many chunks with ``"auto"`` before dask lists them: dask spells the
+    chunks it starts from (the shard or inner shape) out along each dimension, and
+    there are at least this many in all."""
     layout = reader.info.layout
-    if 0 in layout.shape:  # an empty array: one chunk along each dimension
-        for axis in auto:
-            bounds_of[axis] = [0, layout.shape[axis]]
-        return
-    # refuse before dask lists them: dask spells the chunks it starts from (the shard or
-    # inner shape) out along each dimension, and there are at least this many in all
-    fixed = math.prod(len(bounds_of[a]) - 1 for a in range(layout.ndim) if a not in auto)
+    fixed = math.prod(plan.nchunks for axis, plan in enumerate(plans) if axis not in auto)
     nbytes = math.prod(layout.shape) * reader.dtype.itemsize
     if (n := fixed * (nbytes // max(target, 1))) > MAX_CHUNKS:
         raise _too_many(n, "with chunks='auto' (at least)", name)
     for axis in auto:
-        dim = layout.dims[axis]
-        if (n := _count(dim, "inner")) > MAX_CHUNKS:
+        if (n := _count(layout.dims[axis], "inner")) > MAX_CHUNKS:
             raise _too_many(n, f"along {dims[axis]!r} for chunks='auto'", name, "inner chunks")
+
+
+def _auto_unit(reader: ArrayReader, target: int) -> tuple[int, ...]:
+    """The chunk shape dask's automatic chunking takes multiples of: the shard shape
+    when a shard is no bigger than ``target`` bytes, else the inner chunk shape."""
+    layout = reader.info.layout
 
     def nominal(dim: DimGrid, size: int | tuple[int, ...]) -> int:
         return min(size if isinstance(size, int) else max(size), max(dim.extent, 1))
 
     shard = tuple(nominal(d, d.shards) for d in layout.dims)
     inner = tuple(nominal(d, d.inner if d.inner is not None else d.shards) for d in layout.dims)
-    unit = shard if math.prod(shard) * reader.dtype.itemsize <= target else inner
-    spec = tuple(
-        "auto" if axis in auto else tuple(b - a for a, b in itertools.pairwise(bounds_of[axis]))
-        for axis in range(layout.ndim)
+    return shard if math.prod(shard) * reader.dtype.itemsize <= target else inner
+
+
+def _warn_moved(layout: Any, name: str, moved: Sequence[str]) -> None:
+    inner_shape = tuple(d.inner if d.inner is not None else d.shards for d in layout.dims)
+    warnings.warn(
+        f"dask chunks of {name or 'the array'} must hold whole inner chunks "
+        f"(inner chunk shape {inner_shape}); moved them to inner-chunk boundaries: "
+        + "; ".join(moved),
+        ChunkRoundingWarning,
+        stacklevel=4,  # the caller of block_sizes' caller (stacklevel=3 from block_sizes)
     )
-    sizes = normalize_chunks(
-        spec, layout.shape, limit=target, dtype=reader.dtype, previous_chunks=unit
-    )
-    for axis in auto:
-        wanted = [0, *itertools.accumulate(sizes[axis])]
-        bounds_of[axis] = _snap(wanted, layout.dims[axis])
 
 
 def _describe(bounds: Sequence[int]) -> str:
