@@ -47,7 +47,7 @@ from shardwise.errors import (
 if TYPE_CHECKING:
     from shardwise.array.read import from_zarr
     from shardwise.format.metadata import ArrayInfo
-    from shardwise.graph.read import ChunkRoundingWarning
+    from shardwise.graph.fanout import ChunkRoundingWarning
     from shardwise.graph.regions import check_regions, shared_shards
     from shardwise.io.cache import clear_index_cache, index_cache, set_index_cache_size
     from shardwise.io.reader import ArrayReader
@@ -125,7 +125,7 @@ _LAZY = {
     "inventory": "shardwise.tools.inventory",
     "ArrayInfo": "shardwise.format.metadata",
     "ArrayReader": "shardwise.io.reader",
-    "ChunkRoundingWarning": "shardwise.graph.read",
+    "ChunkRoundingWarning": "shardwise.graph.fanout",
     "check_regions": "shardwise.graph.regions",
     "shared_shards": "shardwise.graph.regions",
     "open_dataset": "shardwise.xarray.open",

@@ -16,7 +16,7 @@ import zarr
 
 import shardwise
 from shardwise.graph import tasks
-from shardwise.graph.read import stored_reader
+from shardwise.graph.fanout import stored_reader
 
 
 def files(path):

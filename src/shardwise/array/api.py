@@ -6,7 +6,7 @@
 data with :func:`~shardwise.array.store.store_arrays`, the primitive the xarray path
 ends in too: one task per shard, any dask chunking, partial shards merged by their one
 owner. :func:`from_zarr` reads an array with the fan-out graph of
-:mod:`shardwise.graph.read`.
+:mod:`shardwise.graph.fanout`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``shardwise.from_zarr``: one Zarr array read as a ``dask.array.Array`` with the fan-out
-graph of :mod:`shardwise.graph.read`, and the ``chunks=`` words and per-axis sizes that
+graph of :mod:`shardwise.graph.fanout`, and the ``chunks=`` words and per-axis sizes that
 group whole inner chunks into dask chunks.
 
 Apart from the write path (:mod:`shardwise.array.api`), which it shares nothing with but
@@ -13,7 +13,7 @@ from typing import Any
 
 from shardwise.array.decisions import axis_of, no_axis
 from shardwise.errors import ChunksError
-from shardwise.graph.read import block_sizes, fanout_array
+from shardwise.graph.fanout import block_sizes, fanout_array
 from shardwise.io.capabilities import fsspec_store, in_memory
 from shardwise.io.reader import ArrayReader
 from shardwise.io.stores import ReadOptions, store_token

@@ -76,7 +76,7 @@ def _contribution(
 class StoredBlock:
     """A block of a dask array that is a plain read of a stored array (as
     :func:`shardwise.from_zarr` makes it, nothing computed on it; see
-    :func:`shardwise.graph.read.stored_reader`), not yet read: ``where`` in the array
+    :func:`shardwise.graph.fanout.stored_reader`), not yet read: ``where`` in the array
     ``reader`` reads. :func:`encode_block` writes each target shard it covers whose inner
     chunks are the source's, of the same shape, straight from the stored chunks, each
     decoded into a reused buffer and encoded again (:meth:`recode`): no block of values,

@@ -57,7 +57,7 @@ import shardwise.config as config
 from shardwise._gc import paused_gc
 from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.shard import WRITE_ORDERS
-from shardwise.graph.read import stored_reader
+from shardwise.graph.fanout import stored_reader
 from shardwise.graph.target import WriteTarget
 from shardwise.graph.tasks import (
     StoredBlock,
@@ -343,7 +343,7 @@ def _stored_layer(
     source: Any, stored: tuple[Any, str | None], name: str, target_graph: Any, target_key: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The encode layer (and the graph's other layers and dependencies) of a write whose
-    source is a plain read of a stored array (:func:`~shardwise.graph.read.stored_reader`:
+    source is a plain read of a stored array (:func:`~shardwise.graph.fanout.stored_reader`:
     its reader and the key holding it, if any): a task per block given a
     :class:`~shardwise.graph.tasks.StoredBlock` in place of the block, so shards whose
     inner chunks are the stored ones are written from them (decoded and encoded again,

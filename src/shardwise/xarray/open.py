@@ -1,6 +1,6 @@
 """``shardwise.open_dataset``: a Zarr store opened exactly as ``engine="shardwise"`` opens
 it (xarray's own metadata and CF decoding, :mod:`shardwise.xarray.backend`), with every
-variable shardwise reads given the fan-out graph of :mod:`shardwise.graph.read`, and the
+variable shardwise reads given the fan-out graph of :mod:`shardwise.graph.fanout`, and the
 ``chunks=`` words and sizes that group whole inner chunks into dask chunks.
 
 Apart from the write side (:mod:`shardwise.xarray.to_zarr`): reading shares nothing with
@@ -15,7 +15,7 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise.errors import ChunksError
-from shardwise.graph.read import block_sizes, fanout_array
+from shardwise.graph.fanout import block_sizes, fanout_array
 from shardwise.xarray.backend import open_backend_dataset
 
 __all__ = ["open_dataset"]
@@ -59,7 +59,7 @@ def open_dataset(
       (the whole dimension) or ``None`` (shards); dimensions left out get shards.
 
     Sizes that cut inner chunks are moved to inner-chunk boundaries with a
-    :class:`~shardwise.graph.read.ChunkRoundingWarning`. Variables shardwise does not read
+    :class:`~shardwise.graph.fanout.ChunkRoundingWarning`. Variables shardwise does not read
     itself (Zarr v2 arrays, strings) are chunked by ``dask.array.from_array`` along their
     Zarr chunks. ``read_options`` takes a :class:`~shardwise.ReadOptions` (or a dict).
     """
