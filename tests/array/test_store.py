@@ -14,8 +14,8 @@ import zarr
 
 import shardwise
 import shardwise.array
+from shardwise.array.options import WriteOptions
 from shardwise.array.store import store_arrays
-from shardwise.graph.options import WriteOptions
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -29,12 +29,12 @@ from shardwise.array.decisions import (
 )
 from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
 from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
+from shardwise.array.options import WriteOptions
 from shardwise.array.read import from_zarr
 from shardwise.array.sources import check_not_replacing_sources
 from shardwise.array.store import store_arrays
 from shardwise.errors import ConflictError, ShardwiseError, WriteError
 from shardwise.format.grid import check_write_geometry
-from shardwise.graph.options import WriteOptions
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_session, refuse_commit
 from shardwise.io.retry import retries, tries
@@ -94,7 +94,7 @@ def to_zarr(
       store gets zarr-python's ``default_zarr_format`` setting.
     - ``write_order``, ``shards_per_task``, ``encode_split``, ``write_empty_chunks``,
       ``independent_writers``, ``progress``: as for :func:`shardwise.to_zarr`
-      (:class:`~shardwise.graph.options.WriteOptions`); ``commit``: with an Icechunk
+      (:class:`~shardwise.array.options.WriteOptions`); ``commit``: with an Icechunk
       session as the store, commit with this message and return the snapshot id.
     - ``dask.array.to_zarr``'s parameters, with dask's meaning: ``component`` (or
       ``name``) is ``path``; ``overwrite=True`` is ``mode="w"``, ``False``

@@ -23,11 +23,11 @@ import numpy as np
 
 import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
+from shardwise.array.options import WriteOptions
 from shardwise.errors import ShardwiseError, WriteError
 from shardwise.format.grid import target_bytes
 from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
-from shardwise.graph.options import WriteOptions
 from shardwise.graph.write import data_graph
 from shardwise.io.capabilities import conditional, icechunk_session
 

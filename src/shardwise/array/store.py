@@ -18,8 +18,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from shardwise.array.decisions import check_known_chunks, data_write
+from shardwise.array.options import WriteOptions
 from shardwise.errors import WriteError
-from shardwise.graph.options import WriteOptions
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions
 from shardwise.graph.write import finish_graph

@@ -15,6 +15,7 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise._flags import rectilinear_grids
+from shardwise.array.options import WriteOptions
 from shardwise.array.store import store_arrays
 from shardwise.errors import (
     ConflictError,
@@ -23,7 +24,6 @@ from shardwise.errors import (
     incomplete_append,
     is_client_error,
 )
-from shardwise.graph.options import WriteOptions
 from shardwise.io.retry import retries, tries
 from shardwise.io.staged import StagedWrite, staged_write
 from shardwise.xarray.encoding import ShardSpec, SizeSpec

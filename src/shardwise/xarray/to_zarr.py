@@ -25,6 +25,7 @@ from typing import Any, Literal
 import shardwise._compat as _compat
 from shardwise.array.api import is_array, write_array
 from shardwise.array.create import CREATION
+from shardwise.array.options import WriteOptions
 from shardwise.array.sources import check_not_replacing_sources
 from shardwise.errors import (
     ArgumentError,
@@ -33,7 +34,6 @@ from shardwise.errors import (
     naming_metadata_errors,
 )
 from shardwise.format.metadata import metadata_key
-from shardwise.graph.options import WriteOptions
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_dataset, refuse_commit
 from shardwise.xarray.dataset import DatasetWrite
