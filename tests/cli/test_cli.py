@@ -30,7 +30,7 @@ from click.testing import CliRunner
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
 import shardwise
-from shardwise.cli.options import (
+from shardwise.cli.arguments import (
     codec_option,
     parse_codec,
     parse_sizes,

@@ -31,7 +31,7 @@ from shardwise.array.existing import existing_array, grown_grid, into_existing, 
 from shardwise.array.grow import append_guard, grow, grow_if, metadata_version
 from shardwise.array.options import WriteOptions
 from shardwise.array.read import from_zarr
-from shardwise.array.sources import check_not_replacing_sources
+from shardwise.array.replacing import check_not_replacing_sources
 from shardwise.array.store import store_arrays
 from shardwise.errors import ConflictError, ShardwiseError, WriteError
 from shardwise.format.grid import check_write_geometry

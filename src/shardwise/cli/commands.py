@@ -4,7 +4,7 @@ Each command is one small function under :func:`main`: its own arguments and opt
 one call of a tool (``shardwise.verify``, ``migrate``, ``reshard``, ``info``,
 ``inventory``), and its output as text or, with ``--json``, one JSON document. What the
 commands share is elsewhere in this package: the option values in
-:mod:`shardwise.cli.options`, the :class:`~shardwise.cli.run.Run` each command is given
+:mod:`shardwise.cli.arguments`, the :class:`~shardwise.cli.run.Run` each command is given
 and the exit statuses in :mod:`shardwise.cli.run`, the progress bars in
 :mod:`shardwise.graph.progress`, the inventory tables of ``--out`` in
 :mod:`shardwise.cli.tables`.
@@ -22,7 +22,7 @@ import click
 
 import shardwise
 from shardwise import __version__
-from shardwise.cli.options import (
+from shardwise.cli.arguments import (
     codec_option,
     dst_storage_option,
     sizes_option,

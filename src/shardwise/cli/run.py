@@ -7,7 +7,7 @@
 errors of unreadable input into one line on stderr and exit status 2. The exit
 statuses are named here too. This is apart from the commands so that each command is
 its own arguments, one call of a tool and its printing, and apart from
-:mod:`shardwise.cli.options` because it runs things (a dask client, a local cluster)
+:mod:`shardwise.cli.arguments` because it runs things (a dask client, a local cluster)
 where the options only parse.
 
 dask and distributed are imported inside :class:`Run`'s methods, when a command
@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import click_callback, parse_storage_options, storage_options_for
+from shardwise.cli.arguments import click_callback, parse_storage_options, storage_options_for
 from shardwise.errors import ShardwiseError
 from shardwise.graph.progress import distributed_bar, local_bar
 

@@ -26,7 +26,7 @@ import shardwise._compat as _compat
 from shardwise.array.api import is_array, write_array
 from shardwise.array.create import CREATION
 from shardwise.array.options import WriteOptions
-from shardwise.array.sources import check_not_replacing_sources
+from shardwise.array.replacing import check_not_replacing_sources
 from shardwise.errors import (
     ArgumentError,
     WriteError,
