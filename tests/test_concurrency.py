@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import dask
@@ -29,6 +30,7 @@ import zarr
 import shardwise
 from bounded import run_threads
 from shardwise import ConflictError, WriteError
+from shardwise.errors import UnprotectedWriteWarning
 
 WORKER = Path(__file__).with_name("concurrency_worker.py")
 SHAPE = (400, 30)  # 40 regions of 10 rows; shards of 100 rows, inner chunks of 20
@@ -294,28 +296,99 @@ def test_an_append_that_keeps_losing_raises_a_conflict(tmp_path, monkeypatch):
 
 
 # -- stores without conditional puts --------------------------------------------------------------
-def test_stores_without_conditional_puts_refuse_merging_writes(tmp_path):
+def test_stores_without_conditional_puts_refuse_merging_writes_when_asked(tmp_path):
     store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas/a.zarr")
     new_array(store)
     x = da.ones((10, SHAPE[1]), chunks=10)
     with pytest.raises(WriteError, match="independent_writers=False") as info:
-        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),))
+        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
     assert "Nothing was written" in str(info.value)
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 0)
     # whole shards need no condition; nor does a job that says it is the only writer
     shardwise.to_zarr(
-        da.ones((100, SHAPE[1]), chunks=100), store, path="v", region=(slice(0, 100),)
+        da.ones((100, SHAPE[1]), chunks=100),
+        store,
+        path="v",
+        region=(slice(0, 100),),
+        independent_writers=True,
     )
     shardwise.to_zarr(x * 2, store, path="v", region=(slice(0, 10),), independent_writers=False)
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 2)
     with pytest.raises(WriteError, match="append"):
-        shardwise.to_zarr(x, store, path="v", append_dim=0)
+        shardwise.to_zarr(x, store, path="v", append_dim=0, independent_writers=True)
+
+
+def test_by_default_stores_without_conditional_puts_write_with_a_warning(tmp_path):
+    """What ``Dataset.to_zarr`` writes, shardwise's default writes too: where the store
+    cannot guard against other jobs, with a warning saying so."""
+    store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-3/a.zarr")
+    new_array(store)
+    x = da.ones((10, SHAPE[1]), chunks=10)
+    with pytest.warns(UnprotectedWriteWarning, match="writes shards in part"):
+        shardwise.to_zarr(x * 3, store, path="v", region=(slice(0, 10),))
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 3)
+    with pytest.warns(UnprotectedWriteWarning, match="grows the array"):
+        shardwise.to_zarr(x * 4, store, path="v", append_dim=0)
+    got = zarr.open_array(store, path="v")
+    assert got.shape[0] == SHAPE[0] + 10
+    np.testing.assert_array_equal(got[SHAPE[0] :], 4)
+    # whole shards, and a job that says it is the only writer: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shardwise.to_zarr(
+            da.ones((100, SHAPE[1]), chunks=100), store, path="v", region=(slice(0, 100),)
+        )
+        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=False)
+    # a Dataset append, as xarray's own to_zarr makes it
+    ds = xr.Dataset({"t": (("time",), np.arange(8.0))})
+    dstore = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-3/d.zarr")
+    shardwise.to_zarr(
+        ds.chunk(4),
+        dstore,
+        encoding={"t": {"shards": (8,), "chunks": (4,)}},
+        consolidated=False,
+    )
+    with pytest.warns(UnprotectedWriteWarning):
+        shardwise.to_zarr(ds.chunk(4), dstore, append_dim="time", consolidated=False)
+    np.testing.assert_array_equal(
+        xr.open_zarr(dstore, consolidated=False)["t"].values,
+        np.concatenate([np.arange(8.0)] * 2),
+    )
+
+
+def test_writes_merged_by_dask_array_store_warn_or_are_refused(tmp_path):
+    """A Zarr v2 array is written through ``dask.array.store``, whose puts into chunks
+    it covers in part are plain, on any store: by default such a write goes ahead with
+    a warning, ``independent_writers=True`` refuses it before anything is written."""
+    import shardwise.array
+
+    store = tmp_path / "v2.zarr"
+    shardwise.array.to_zarr(
+        da.zeros((20,), chunks=10, dtype="f8"), str(store), "a", zarr_format=2, chunks=(10,)
+    )
+    part = da.ones((5,), chunks=5, dtype="f8")
+    with pytest.raises(WriteError, match=r"dask\.array\.store") as info:
+        shardwise.array.to_zarr(
+            part, str(store), "a", region=(slice(0, 5),), independent_writers=True
+        )
+    assert "Nothing was written" in str(info.value)
+    np.testing.assert_array_equal(zarr.open_array(str(store), path="a")[:], 0)
+    with pytest.warns(UnprotectedWriteWarning, match=r"dask\.array\.store"):
+        shardwise.array.to_zarr(part, str(store), "a", region=(slice(0, 5),))
+    np.testing.assert_array_equal(zarr.open_array(str(store), path="a")[:5], 1)
 
 
 def test_the_default_comes_from_dask_config(tmp_path):
     store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-2/a.zarr")
     new_array(store)
     with dask.config.set({"shardwise.independent-writers": False}):
+        shardwise.to_zarr(
+            da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
+        )
+    with (
+        dask.config.set({"shardwise.independent-writers": True}),
+        pytest.raises(WriteError, match="could lose another job's rows"),
+    ):
         shardwise.to_zarr(
             da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
         )

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 __all__ = [
+    "UnprotectedWriteWarning",
     "ArgumentError",
     "ChangingShardError",
     "ChecksumError",
@@ -208,6 +209,15 @@ class VersionError(ShardwiseError, NotImplementedError):
     """What was asked needs a newer release of a dependency than the one installed (a
     feature only the newer releases of the versions shardwise supports have): the
     message names the release. Nothing was written."""
+
+
+class UnprotectedWriteWarning(UserWarning):
+    """A write into an existing array went ahead without the guard against other jobs
+    (``independent_writers="auto"``, the default) because the store (or the way the
+    array is written) cannot give it: another job writing the same shards at the same
+    time could lose rows, as with ``Dataset.to_zarr``. Pass ``independent_writers=False``
+    to say this job is the only writer (no warning), or ``True`` to be refused
+    instead."""
 
 
 class StoreIOError(ShardwiseError, OSError):

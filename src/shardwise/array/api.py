@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from shardwise._flags import rectilinear_grids
@@ -25,6 +25,7 @@ from shardwise.array.decisions import (
     check_guardable,
     check_known_chunks,
     default_format,
+    guard_of,
     without_empty_blocks,
 )
 from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
@@ -60,7 +61,7 @@ def to_zarr(
     shards_per_task: int | Literal["auto"] | None = None,
     encode_split: int | Literal["auto"] | None = None,
     write_empty_chunks: bool | None = None,
-    independent_writers: bool | None = None,
+    independent_writers: bool | Literal["auto"] | None = None,
     progress: bool = False,
     compressors: Any = None,
     filters: Any = None,
@@ -268,6 +269,10 @@ class _Write:
 
     def __post_init__(self) -> None:
         self.name = self.path.strip("/") or "/"
+        # the guard against other jobs, worked out once: the options then say whether
+        # it is on for this write ("auto" resolved by what the store can do)
+        self.guarded = guard_of(self.options, self.store, self.storage_options, self.session)
+        self.options = replace(self.options, independent_writers=self.guarded.on)
         # an append that other jobs may make at the same time grows the array's
         # zarr.json only if it is unchanged since this call read it; else it reads
         # again, and so appends after the other job's rows (see grow.grow_if)
@@ -364,7 +369,7 @@ class _Write:
             claim = claim_of(arr.metadata.attributes, self.token)
         x, offset, new_shape = into_existing(x, arr, self.region, self.append_dim, self.name, claim)
         grown = None if claim is not None else grown_grid(arr, x, self.append_dim, self.name)
-        if self.options.independent_writers:
+        if self.guarded.asked:
             check_guardable(
                 arr.store_path.store,
                 arr,
@@ -374,6 +379,7 @@ class _Write:
                 append=self.append_dim is not None,
                 name=self.name,
                 key=meta_key(self.path, arr),
+                required=self.guarded.required,
             )
         if new_shape == arr.shape:
             return _Target(x, arr, offset, False, None, version)

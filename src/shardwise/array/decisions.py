@@ -15,6 +15,7 @@ except :func:`data_write`, which builds (and does not run) the write graph.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +25,13 @@ import numpy as np
 import shardwise._compat as _compat
 import shardwise.format.rectilinear as rl
 from shardwise.array.options import WriteOptions
-from shardwise.errors import ShardwiseError, WriteError
+from shardwise.errors import ShardwiseError, UnprotectedWriteWarning, WriteError
 from shardwise.format.grid import target_bytes
 from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.graph.write import data_graph
 from shardwise.io.capabilities import conditional, icechunk_session
+from shardwise.io.opener import conditional_path
 
 __all__ = [
     "GridPlan",
@@ -38,7 +40,9 @@ __all__ = [
     "appended_grid",
     "axis_of",
     "castable",
+    "Guard",
     "check_guardable",
+    "guard_of",
     "chunk_target",
     "dask_edges",
     "dask_grid",
@@ -242,6 +246,32 @@ def cuts_shards(layout: Any, box: Sequence[tuple[int, int]]) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """How one write guards against other jobs writing the same arrays, worked out once
+    from ``independent_writers`` and the store (:func:`guard_of`): ``on``, its merged
+    shards and grown metadata are put only if unchanged since read; ``asked``, the
+    guard was asked for (``True`` or ``"auto"``), so what cannot be guarded is refused
+    (``required``: ``True``) or written with an
+    :class:`~shardwise.errors.UnprotectedWriteWarning` (``"auto"``), by
+    :func:`check_guardable`."""
+
+    on: bool
+    asked: bool
+    required: bool
+
+
+def guard_of(options: WriteOptions, store: Any, storage_options: Any, session: Any) -> Guard:
+    """The :class:`Guard` of a write of ``options`` into ``store``: with ``"auto"``, on
+    where the store has conditional puts (:func:`shardwise.io.capabilities.conditional`)
+    or is an Icechunk session (whose commit checks for conflicts)."""
+    setting = options.independent_writers
+    if setting is True or setting is False:
+        return Guard(on=setting, asked=setting, required=setting)
+    can = session is not None or conditional_path(store, storage_options) is not None
+    return Guard(on=can, asked=True, required=False)
+
+
 def check_guardable(
     store: Any,
     target: Any,
@@ -252,6 +282,7 @@ def check_guardable(
     append: bool,
     name: str,
     key: str,
+    required: bool = True,
 ) -> None:
     """Refuse, before anything is written, a write into an existing array that other
     jobs may write at the same time (``independent_writers``) when it would merge into
@@ -261,7 +292,9 @@ def check_guardable(
     obstore have), or the data would be merged by ``dask.array.store`` (Zarr v2,
     variable-length strings; their aligned appends are fine, the metadata being grown
     with a conditional put). Arrays this write creates (``fresh``) and Icechunk sessions
-    (whose commit checks for conflicts) need no check."""
+    (whose commit checks for conflicts) need no check. Unless ``required``
+    (``independent_writers="auto"``), such a write is not refused: it goes ahead as
+    ``Dataset.to_zarr``'s would, with an :class:`~shardwise.errors.UnprotectedWriteWarning`."""
     if fresh or icechunk_session(store) is not None:
         return
     try:
@@ -292,6 +325,16 @@ def check_guardable(
         )
     else:
         return
+    if not required:
+        warnings.warn(
+            f"{name!r}: this write {what} without the guard against other jobs ({how}); "
+            "another job writing the same shards at the same time could lose rows, as "
+            "with Dataset.to_zarr. Pass independent_writers=False if this job is the only "
+            "writer, or True to be refused instead.",
+            UnprotectedWriteWarning,
+            stacklevel=2,
+        )
+        return
     raise WriteError(
         "this write could lose another job's rows",
         expected="puts made only if nothing changed since they were read (local files, "
@@ -300,8 +343,8 @@ def check_guardable(
         array=name,
         key=key,
         advice="If no other job writes this array while this one runs, pass "
-        "independent_writers=False (the last put of a shard then wins, as before). "
-        "Nothing was written.",
+        "independent_writers=False (the last put of a shard then wins) or leave it out "
+        "(the write then goes ahead with a warning). Nothing was written.",
     )
 
 

@@ -30,10 +30,14 @@ class WriteOptions:
     - ``write_empty_chunks``: ``None`` (default: zarr-python's ``array.write_empty_chunks``
       setting), or whether inner chunks that hold only the fill value are stored.
     - ``progress``: show a progress bar while the data are written.
-    - ``independent_writers``: whether other jobs may write the same arrays while this
-      one runs: ``None`` (default) takes dask config ``shardwise.independent-writers``
-      (itself True); held resolved, as a bool. True: shards merged with what is stored,
-      and the metadata an append grows, are put only if unchanged since read.
+    - ``independent_writers``: whether to guard against other jobs writing the same
+      arrays while this one runs: ``"auto"`` (guard where the store can: shards merged
+      with what is stored, and the metadata an append grows, are put only if unchanged
+      since read; where it cannot, write as ``Dataset.to_zarr`` would, with an
+      :class:`~shardwise.errors.UnprotectedWriteWarning`), ``True`` (guard, and refuse
+      what cannot be guarded) or ``False`` (this job is the only writer). ``None``
+      (default) takes dask config ``shardwise.independent-writers`` (itself
+      ``"auto"``); held resolved.
     """
 
     write_order: str = "morton"
@@ -41,19 +45,23 @@ class WriteOptions:
     encode_split: int | str | None = None
     write_empty_chunks: bool | None = None
     progress: bool = False
-    independent_writers: bool | None = None
+    independent_writers: bool | str | None = None
 
     def __post_init__(self) -> None:
         if self.independent_writers is None:
             configured = config.get("independent-writers")
             object.__setattr__(self, "independent_writers", configured)
-        if not _is_bool(self.independent_writers):
+        setting = self.independent_writers
+        auto = isinstance(setting, str) and setting == "auto"
+        if not auto and not _is_bool(setting):
             raise _refused(
                 "independent_writers",
-                "True (other jobs may write the arrays at the same time) or False",
-                self.independent_writers,
+                "'auto' (guard against other jobs where the store can), True (guard, "
+                "refusing what cannot be) or False (the only writer)",
+                setting,
             )
-        object.__setattr__(self, "independent_writers", bool(self.independent_writers))
+        if not auto:
+            object.__setattr__(self, "independent_writers", bool(setting))
         if self.write_order not in WRITE_ORDERS:
             raise _refused("write_order", f"one of {WRITE_ORDERS}", self.write_order)
         if self.shards_per_task is not None:

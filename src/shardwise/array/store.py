@@ -23,6 +23,7 @@ from shardwise.errors import WriteError
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions
 from shardwise.graph.write import finish_graph
+from shardwise.io.capabilities import conditional
 from shardwise.io.icechunk import merge_into
 from shardwise.io.staged import StagedWrite, around_data
 
@@ -82,7 +83,7 @@ def store_arrays(
             options=options,
             fresh=new,
             fork=fork,
-            guarded=bool(options.independent_writers),
+            guarded=_guarded(options, target),
         )
         for source, target, region, offset, new in zip(
             sources, targets, regions, offsets, fresh, strict=True
@@ -137,3 +138,13 @@ def _starts(shape: Sequence[int], target: Any, region: Sequence[slice]) -> Itera
 
 def _nothing(*_: Any) -> None:
     return None
+
+
+def _guarded(options: WriteOptions, target: Any) -> bool:
+    """Whether the write into ``target`` guards against other jobs: as the options say
+    (resolved by the entry point), or with ``"auto"`` (``store_arrays`` called with
+    options of its own) where the store has conditional puts."""
+    setting = options.independent_writers
+    if isinstance(setting, bool):
+        return setting
+    return conditional(target.store_path.store) is not None

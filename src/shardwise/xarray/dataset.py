@@ -15,6 +15,7 @@ from typing import Any
 
 import shardwise._compat as _compat
 from shardwise._flags import rectilinear_grids
+from shardwise.array.decisions import Guard, guard_of
 from shardwise.array.options import WriteOptions
 from shardwise.array.store import store_arrays
 from shardwise.errors import (
@@ -63,8 +64,13 @@ class DatasetWrite:
     commit: str | None = None
     txn: Any = field(init=False, default=None)
     staged: StagedWrite | None = field(init=False, default=None)
+    guarded: Guard | None = field(init=False, default=None)
 
     def run(self) -> Any:
+        # the guard against other jobs, worked out once: the options then say whether
+        # it is on for this write ("auto" resolved by what the store can do)
+        self.guarded = guard_of(self.options, self.store, self.storage_options, self.session)
+        self.options = replace(self.options, independent_writers=self.guarded.on)
         # an append that other jobs may make at the same time: its metadata step runs on
         # a copy-on-write view of the store and is committed with conditional puts (see
         # metadata_step.AppendTransaction); when another job committed first, it runs again
@@ -111,7 +117,7 @@ class DatasetWrite:
                 self.zarr_format,
                 self.shards,
                 self.chunks,
-                guarded=bool(self.options.independent_writers),
+                guard=self.guarded,
             )
         except ShardwiseError:
             raise

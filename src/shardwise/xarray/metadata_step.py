@@ -35,6 +35,7 @@ from shardwise.array.claims import (
     shown_before,
 )
 from shardwise.array.decisions import (
+    Guard,
     appended_grid,
     castable,
     check_guardable,
@@ -304,7 +305,7 @@ def validate(
     shards: ShardSpec,
     chunks: SizeSpec,
     *,
-    guarded: bool = False,
+    guard: Guard | None = None,
 ) -> tuple[str, Any, dict[Hashable, Any], set[str], int, dict[str, tuple[Any, ...]]]:
     """Every check, and a dry run of xarray's metadata step on a copy-on-write view of
     the store. Returns the mode, the dataset and encoding to write, the names of the
@@ -374,9 +375,10 @@ def validate(
         _check_region(ds, dry, region)
     ds, encoding, grids = plan_encoding(ds, encoding, shards, chunks, existing, zarr_format)
     grow_grids(dry, ds, existing, append_dim, shards == "dask")
+    guarded = guard is not None and guard.on
     capture = Capture(dry=True, grids=grids, guarded=guarded, existing=existing)
     metadata_step(ds, dry, encoding, capture)
-    if guarded:  # other jobs may write these arrays: refuse what cannot be made safe
+    if guard is not None and guard.asked:  # refuse (or warn of) what cannot be made safe
         base = view.store._store
         for source, target, _, offset in capture.items:
             check_guardable(
@@ -388,6 +390,7 @@ def validate(
                 append=append_dim is not None and append_dim in _dims(target),
                 name=target.path,
                 key=metadata_key(target.path),
+                required=guard.required,
             )
     return mode, ds, encoding, existing, zarr_format, grids
 

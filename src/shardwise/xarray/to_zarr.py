@@ -130,7 +130,7 @@ def to_zarr(
     component: str | None = None,
     return_stored: bool = False,
     overwrite: bool | None = None,
-    independent_writers: bool | None = None,
+    independent_writers: bool | Literal["auto"] | None = None,
     progress: bool = False,
     **zarr_array_kwargs: Any,
 ) -> Any:
@@ -175,16 +175,19 @@ def to_zarr(
         threads / shards parts of at least 8 MiB. ``1``: never. ``None`` (default):
         dask config ``shardwise.encode-split``, itself ``"auto"`` by default.
     independent_writers
-        Whether other jobs (scripts, clusters, pods) may write the same arrays while
-        this one runs. ``True`` (the default, or dask config
-        ``shardwise.independent-writers``): a shard this write covers in part is merged
+        Whether to guard against other jobs (scripts, clusters, pods) writing the same
+        arrays while this one runs. Guarded, a shard this write covers in part is merged
         with the stored one and put only if that is unchanged since it was read, else
         read and merged again (optimistic concurrency); an append grows the array's
-        metadata the same way. Shards a task covers whole are put as they are. Where
-        the store has no such put (``ZipStore``, fsspec file systems other than S3) or
-        the array is written through ``dask.array.store`` (Zarr v2, variable-length
-        strings), a write that would merge into an existing array is refused. ``False``:
-        this job is the only writer; plain puts, the last one wins.
+        metadata the same way. Shards a task covers whole are put as they are.
+        ``"auto"`` (the default, through dask config ``shardwise.independent-writers``):
+        guarded where the store can be; where it has no such put (``ZipStore``, fsspec
+        file systems other than S3) or the array is written through
+        ``dask.array.store`` (Zarr v2, variable-length strings), a write that would
+        need it goes ahead as ``Dataset.to_zarr``'s would, with an
+        :class:`~shardwise.errors.UnprotectedWriteWarning`. ``True``: guarded, and such
+        a write is refused before anything is written. ``False``: this job is the only
+        writer; plain puts, the last one wins.
     progress
         Show a bar of the write's tasks while it computes (tqdm's auto mode: a widget in
         a notebook, text on stderr in a terminal; the cluster's progress when a
