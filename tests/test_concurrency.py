@@ -324,8 +324,9 @@ def test_by_default_stores_without_conditional_puts_write_with_a_warning(tmp_pat
     store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-3/a.zarr")
     new_array(store)
     x = da.ones((10, SHAPE[1]), chunks=10)
-    with pytest.warns(UnprotectedWriteWarning, match="writes shards in part"):
+    with pytest.warns(UnprotectedWriteWarning, match="writes shards in part") as record:
         shardwise.to_zarr(x * 3, store, path="v", region=(slice(0, 10),))
+    assert len(record) == 1 and record[0].filename == __file__  # at the user's call
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 3)
     with pytest.warns(UnprotectedWriteWarning, match="grows the array"):
         shardwise.to_zarr(x * 4, store, path="v", append_dim=0)
@@ -339,17 +340,18 @@ def test_by_default_stores_without_conditional_puts_write_with_a_warning(tmp_pat
             da.ones((100, SHAPE[1]), chunks=100), store, path="v", region=(slice(0, 100),)
         )
         shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=False)
-    # a Dataset append, as xarray's own to_zarr makes it
-    ds = xr.Dataset({"t": (("time",), np.arange(8.0))})
+    # a Dataset append, as xarray's own to_zarr makes it: one warning for the write
+    ds = xr.Dataset({"t": (("time",), np.arange(8.0)), "u": (("time",), np.arange(8.0))})
     dstore = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-3/d.zarr")
     shardwise.to_zarr(
         ds.chunk(4),
         dstore,
-        encoding={"t": {"shards": (8,), "chunks": (4,)}},
+        encoding={v: {"shards": (8,), "chunks": (4,)} for v in ("t", "u")},
         consolidated=False,
     )
-    with pytest.warns(UnprotectedWriteWarning):
+    with pytest.warns(UnprotectedWriteWarning, match="'t' grows.*'u' grows") as record:
         shardwise.to_zarr(ds.chunk(4), dstore, append_dim="time", consolidated=False)
+    assert len(record) == 1 and record[0].filename == __file__
     np.testing.assert_array_equal(
         xr.open_zarr(dstore, consolidated=False)["t"].values,
         np.concatenate([np.arange(8.0)] * 2),

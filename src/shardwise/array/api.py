@@ -26,6 +26,7 @@ from shardwise.array.decisions import (
     check_known_chunks,
     default_format,
     guard_of,
+    warn_unprotected,
     without_empty_blocks,
 )
 from shardwise.array.existing import existing_array, grown_grid, into_existing, meta_key
@@ -370,7 +371,7 @@ class _Write:
         x, offset, new_shape = into_existing(x, arr, self.region, self.append_dim, self.name, claim)
         grown = None if claim is not None else grown_grid(arr, x, self.append_dim, self.name)
         if self.guarded.asked:
-            check_guardable(
+            unguarded = check_guardable(
                 arr.store_path.store,
                 arr,
                 tuple((o, o + n) for o, n in zip(offset, x.shape, strict=True)),
@@ -381,6 +382,7 @@ class _Write:
                 key=meta_key(self.path, arr),
                 required=self.guarded.required,
             )
+            warn_unprotected([unguarded] if unguarded else [])
         if new_shape == arr.shape:
             return _Target(x, arr, offset, False, None, version)
         if self.guard is None:

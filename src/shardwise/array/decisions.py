@@ -15,6 +15,7 @@ except :func:`data_write`, which builds (and does not run) the write graph.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "Guard",
     "check_guardable",
     "guard_of",
+    "warn_unprotected",
     "chunk_target",
     "dask_edges",
     "dask_grid",
@@ -261,6 +263,25 @@ class Guard:
     required: bool
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # shardwise's folder
+
+
+def warn_unprotected(unguarded: Sequence[str]) -> None:
+    """Say once, for a whole write, what it writes without the guard against other jobs
+    (the reasons :func:`check_guardable` returned), at the user's call."""
+    if not unguarded:
+        return
+    warnings.warn(
+        "written without the guard against other jobs ("
+        + "; ".join(unguarded)
+        + "): another job writing the same shards at the same time could lose rows, as "
+        "with Dataset.to_zarr. Pass independent_writers=False if this job is the only "
+        "writer, or True to be refused instead.",
+        UnprotectedWriteWarning,
+        skip_file_prefixes=(_PACKAGE,),  # (points at the user's call)
+    )
+
+
 def guard_of(options: WriteOptions, store: Any, storage_options: Any, session: Any) -> Guard:
     """The :class:`Guard` of a write of ``options`` into ``store``: with ``"auto"``, on
     where the store has conditional puts (:func:`shardwise.io.capabilities.conditional`)
@@ -283,7 +304,7 @@ def check_guardable(
     name: str,
     key: str,
     required: bool = True,
-) -> None:
+) -> str | None:
     """Refuse, before anything is written, a write into an existing array that other
     jobs may write at the same time (``independent_writers``) when it would merge into
     shards it covers in part, or grow the array (an append), and the store or the path
@@ -294,9 +315,10 @@ def check_guardable(
     with a conditional put). Arrays this write creates (``fresh``) and Icechunk sessions
     (whose commit checks for conflicts) need no check. Unless ``required``
     (``independent_writers="auto"``), such a write is not refused: it goes ahead as
-    ``Dataset.to_zarr``'s would, with an :class:`~shardwise.errors.UnprotectedWriteWarning`."""
+    ``Dataset.to_zarr``'s would, and what it does unguarded is returned, for the
+    caller to say once (:func:`warn_unprotected`); None when nothing needs saying."""
     if fresh or icechunk_session(store) is not None:
-        return
+        return None
     try:
         if target.metadata.zarr_format == 3:
             layout = ArrayInfo.from_metadata(target.metadata, target.path).layout
@@ -310,7 +332,7 @@ def check_guardable(
             for (lo, hi), n, extent in zip(box, outer, target.shape, strict=True)
         )
     if not (append or merges):
-        return
+        return None
     what = "writes shards in part" if merges else "grows the array (an append)"
     shard_writer = target.metadata.zarr_format == 3 and np.dtype(dtype).kind in FIXED_KINDS
     if conditional(store) is None:
@@ -324,17 +346,9 @@ def check_guardable(
             "dask.array.store, whose puts into chunks it covers in part are plain"
         )
     else:
-        return
+        return None
     if not required:
-        warnings.warn(
-            f"{name!r}: this write {what} without the guard against other jobs ({how}); "
-            "another job writing the same shards at the same time could lose rows, as "
-            "with Dataset.to_zarr. Pass independent_writers=False if this job is the only "
-            "writer, or True to be refused instead.",
-            UnprotectedWriteWarning,
-            stacklevel=2,
-        )
-        return
+        return f"{name!r} {what}: {how}"
     raise WriteError(
         "this write could lose another job's rows",
         expected="puts made only if nothing changed since they were read (local files, "

@@ -43,6 +43,7 @@ from shardwise.array.decisions import (
     default_format,
     default_mode,
     region_bounds,
+    warn_unprotected,
     without_empty_blocks,
 )
 from shardwise.array.store import region_offsets
@@ -380,8 +381,9 @@ def validate(
     metadata_step(ds, dry, encoding, capture)
     if guard is not None and guard.asked:  # refuse (or warn of) what cannot be made safe
         base = view.store._store
+        unguarded = []
         for source, target, _, offset in capture.items:
-            check_guardable(
+            reason = check_guardable(
                 base,
                 target,
                 tuple((o, o + n) for o, n in zip(offset, source.shape, strict=True)),
@@ -392,6 +394,9 @@ def validate(
                 key=metadata_key(target.path),
                 required=guard.required,
             )
+            if reason is not None:
+                unguarded.append(reason)
+        warn_unprotected(unguarded)
     return mode, ds, encoding, existing, zarr_format, grids
 
 
