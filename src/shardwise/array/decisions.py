@@ -273,7 +273,7 @@ def warn_unprotected(unguarded: Sequence[str]) -> None:
         return
     warnings.warn(
         "written without the guard against other jobs ("
-        + "; ".join(unguarded)
+        + "; ".join(sorted(unguarded))  # (in the arrays' order, whatever the write's)
         + "): another job writing the same shards at the same time could lose rows, as "
         "with Dataset.to_zarr. Pass independent_writers=False if this job is the only "
         "writer, or True to be refused instead.",
