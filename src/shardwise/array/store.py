@@ -17,13 +17,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from shardwise.array.decisions import check_known_chunks, data_write
+from shardwise.array.decisions import check_known_chunks, data_write, guard_of
 from shardwise.array.options import WriteOptions
 from shardwise.errors import WriteError
 from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.graph.tasks import merge_sessions
 from shardwise.graph.write import finish_graph
-from shardwise.io.capabilities import conditional
 from shardwise.io.icechunk import merge_into
 from shardwise.io.staged import StagedWrite, around_data
 
@@ -83,7 +82,9 @@ def store_arrays(
             options=options,
             fresh=new,
             fork=fork,
-            guarded=_guarded(options, target),
+            # (options resolved by the entry point; "auto", given here directly, is
+            # resolved by what the target's store can do, as an entry point does)
+            guarded=guard_of(options, target.store_path.store, None, None).on,
         )
         for source, target, region, offset, new in zip(
             sources, targets, regions, offsets, fresh, strict=True
@@ -138,13 +139,3 @@ def _starts(shape: Sequence[int], target: Any, region: Sequence[slice]) -> Itera
 
 def _nothing(*_: Any) -> None:
     return None
-
-
-def _guarded(options: WriteOptions, target: Any) -> bool:
-    """Whether the write into ``target`` guards against other jobs: as the options say
-    (resolved by the entry point), or with ``"auto"`` (``store_arrays`` called with
-    options of its own) where the store has conditional puts."""
-    setting = options.independent_writers
-    if isinstance(setting, bool):
-        return setting
-    return conditional(target.store_path.store) is not None
