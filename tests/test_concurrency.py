@@ -380,6 +380,60 @@ def test_writes_merged_by_dask_array_store_warn_or_are_refused(tmp_path):
     np.testing.assert_array_equal(zarr.open_array(str(store), path="a")[:5], 1)
 
 
+def _mounted_as(monkeypatch, tmp_path, fstype: str, source: str) -> None:
+    """``tmp_path`` seen as a mount of ``fstype`` (a mountinfo naming it)."""
+    import shardwise.io.mounts as mounts
+
+    info = tmp_path / "mountinfo"
+    info.write_text(f"36 1 0:50 / {tmp_path} rw,relatime - {fstype} {source} rw\n")
+    monkeypatch.setattr(mounts, "MOUNTINFO", str(info))
+
+
+def test_a_shared_file_system_whose_locks_stay_on_one_node_warns_or_is_refused(
+    tmp_path, monkeypatch
+):
+    """On NFS (and Lustre, BeeGFS...) the flock shardwise takes on a folder is kept by
+    each node's kernel (``docs/shared-file-systems.md``): a write that merges into
+    shards is refused with ``independent_writers=True`` and by default goes ahead,
+    guarded still against jobs on this node, with a warning naming the mount."""
+    store = str(tmp_path / "a.zarr")
+    new_array(store)
+    _mounted_as(monkeypatch, tmp_path, "nfs4", "nas01:/export")
+    x = da.ones((10, SHAPE[1]), chunks=10)
+    with pytest.raises(WriteError, match="is NFS, where the flock") as info:
+        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
+    assert "Nothing was written" in str(info.value)
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 0)
+    puts: list[str] = []
+    original = shardwise.io.conditional.LocalConditional.put
+
+    def counted(self, key, data, expected):
+        puts.append(key)
+        return original(self, key, data, expected)
+
+    monkeypatch.setattr(shardwise.io.conditional.LocalConditional, "put", counted)
+    with pytest.warns(UnprotectedWriteWarning, match="other nodes are not kept out") as record:
+        shardwise.to_zarr(x * 5, store, path="v", region=(slice(0, 10),))
+    assert len(record) == 1 and record[0].filename == __file__
+    assert puts == ["v/c/0/0"]  # (the merge still made only if unchanged)
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 5)
+
+
+def test_a_file_system_that_refuses_flock_writes_plainly_with_a_warning(tmp_path, monkeypatch):
+    import shardwise.io.mounts as mounts
+
+    store = str(tmp_path / "a.zarr")
+    new_array(store)
+    monkeypatch.setattr(mounts, "probe_flock", lambda directory: "ENOLCK")
+    monkeypatch.setattr(mounts, "_PROBED", {})
+    x = da.ones((10, SHAPE[1]), chunks=10)
+    with pytest.raises(WriteError, match=r"refuses flock \(ENOLCK\)"):
+        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
+    with pytest.warns(UnprotectedWriteWarning, match="refuses flock"):
+        shardwise.to_zarr(x * 6, store, path="v", region=(slice(0, 10),))
+    np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 6)
+
+
 def test_the_default_comes_from_dask_config(tmp_path):
     store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-2/a.zarr")
     new_array(store)

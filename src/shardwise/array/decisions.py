@@ -32,7 +32,10 @@ from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.v2 import array_info as v2_array_info
 from shardwise.graph.write import data_graph
 from shardwise.io.capabilities import conditional, icechunk_session
+from shardwise.io.conditional import LocalConditional
+from shardwise.io.mounts import flock_refusal, local_guard_reason
 from shardwise.io.opener import conditional_path
+from shardwise.io.versioned import Conditional
 
 __all__ = [
     "GridPlan",
@@ -272,7 +275,7 @@ def warn_unprotected(unguarded: Sequence[str]) -> None:
     if not unguarded:
         return
     warnings.warn(
-        "written without the guard against other jobs ("
+        "written without a guard against every other job ("
         + "; ".join(sorted(unguarded))  # (in the arrays' order, whatever the write's)
         + "): another job writing the same shards at the same time could lose rows, as "
         "with Dataset.to_zarr. Pass independent_writers=False if this job is the only "
@@ -289,8 +292,25 @@ def guard_of(options: WriteOptions, store: Any, storage_options: Any, session: A
     setting = options.independent_writers
     if setting is True or setting is False:
         return Guard(on=setting, asked=setting, required=setting)
-    can = session is not None or conditional_path(store, storage_options) is not None
+    found = None if session is not None else conditional_path(store, storage_options)
+    can = session is not None or (found is not None and usable(found[1]))
     return Guard(on=can, asked=True, required=False)
+
+
+def usable(guard: Conditional) -> bool:
+    """Whether a store's conditional puts can be made at all: not on a local file
+    system that refuses ``flock`` (:func:`shardwise.io.mounts.flock_refusal`)."""
+    return not (isinstance(guard, LocalConditional) and flock_refusal(guard.root))
+
+
+def shared_reason(guard: Conditional | None) -> str | None:
+    """Why a store's conditional puts do not keep out every other job: a local folder
+    on a file system whose ``flock`` on folders stays on one node (NFS, Lustre...) or
+    cannot be known to reach others (:func:`shardwise.io.mounts.local_guard_reason`);
+    None for the rest."""
+    if isinstance(guard, LocalConditional):
+        return local_guard_reason(guard.root)
+    return None
 
 
 def check_guardable(
@@ -335,7 +355,8 @@ def check_guardable(
         return None
     what = "writes shards in part" if merges else "grows the array (an append)"
     shard_writer = target.metadata.zarr_format == 3 and np.dtype(dtype).kind in FIXED_KINDS
-    if conditional(store) is None:
+    guard = conditional(store)
+    if guard is None:
         how = (
             f"the store ({type(store).__name__}) has no put that is made only if the "
             "object is unchanged"
@@ -345,14 +366,17 @@ def check_guardable(
             "Zarr v2 arrays and variable-length strings are written through "
             "dask.array.store, whose puts into chunks it covers in part are plain"
         )
+    elif (shared := shared_reason(guard)) is not None:
+        how = shared
     else:
         return None
     if not required:
         return f"{name!r} {what}: {how}"
     raise WriteError(
         "this write could lose another job's rows",
-        expected="puts made only if nothing changed since they were read (local files, "
-        "memory, S3 or obstore stores; Zarr v3 arrays of fixed-size types)",
+        expected="puts made only if nothing changed since they were read (local file "
+        "systems whose locks every writer shares, memory, S3, Google Cloud Storage, Azure "
+        "Blob Storage or obstore stores; Zarr v3 arrays of fixed-size types)",
         found=f"a write that {what}, into an array other jobs may write at the same time; {how}",
         array=name,
         key=key,
