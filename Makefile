@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test soak venvs test-main test-lowest test-3.13 chromium lint docs docs-serve bench bench-scaling clean
+.PHONY: demo test soak venvs test-main test-lowest test-3.13 chromium azurite lint docs docs-serve bench bench-scaling clean
 
 # Packages are installed with uv (from PyPI, into each environment by pip first): the
 # same versions pip resolves here, in seconds where pip takes minutes. Compiled to
@@ -57,9 +57,22 @@ lint: $(STAMP)
 
 test: venvs test-main test-3.13 test-lowest
 
-# the three environments at once (their installs mostly wait on disk and network)
+# the three environments at once (their installs mostly wait on disk and network), and
+# Azurite beside them
 venvs:
-	$(TIMED) venvs $(MAKE) --no-print-directory -j3 $(STAMP) $(LOWEST)/.installed $(if $(PYTHON313),$(PY313)/.installed)
+	$(TIMED) venvs $(MAKE) --no-print-directory -j3 $(STAMP) $(LOWEST)/.installed $(if $(PYTHON313),$(PY313)/.installed) $(AZURITE)
+
+# Azurite, the Azure Blob Storage emulator the object-store tests run against
+# (tests/azurite.py), from npm into .ci/azurite/node_modules: the release package-lock.json
+# pins, installed as locked (npm ci). fake-gcs-server, the GCS one, comes with the suite
+# extra (PyPI). Without npm the Azure tests are skipped, but under CI=true, where this fails.
+AZURITE := .ci/azurite/node_modules/.installed
+azurite: $(AZURITE)
+$(AZURITE): .ci/azurite/package.json .ci/azurite/package-lock.json
+	@if command -v npm >/dev/null; then \
+		$(TIMED) azurite npm ci --prefix .ci/azurite --no-audit --no-fund --loglevel=error && touch $@; \
+	elif [ -n "$$CI" ]; then echo "no npm: Azurite cannot be installed (.ci/azurite)"; exit 1; \
+	else echo "no npm: the Azure emulator tests are skipped"; fi
 
 # Every pytest run is bounded in wall-clock time (minutes): at the bound it is interrupted
 # (SIGINT: pytest prints what ran and where it stood), then killed a minute later. Each
@@ -76,13 +89,13 @@ PARALLEL ?= --numprocesses=auto --maxprocesses=4
 
 # the concurrency, cluster and object-store tests, 20 times under load (docs/contributing.md)
 SOAK_ARGS ?= --repeat 20 --load 2
-soak: $(STAMP)
+soak: $(STAMP) $(AZURITE)
 	$(BIN)/python .ci/soak.py $(SOAK_ARGS)
 
 # the whole suite on the newest versions and the built site in Chromium; first, side by
 # side (each mostly one core), lint, Chromium's install and the docs build, which runs the
 # notebooks (a cell that raises fails it)
-test-main: $(STAMP)
+test-main: $(STAMP) $(AZURITE)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint docs chromium
 	$(TIMED) test-main $(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
@@ -104,7 +117,7 @@ PY313 := .venv-3.13
 # run on Python 3.12 (test-main), the floors on Python 3.12 too (test-lowest).
 MIDDLE := zarr==3.3.0 xarray==2026.7.0
 
-test-lowest: $(LOWEST)/.installed
+test-lowest: $(LOWEST)/.installed $(AZURITE)
 	$(TIMED) test-lowest $(BOUNDED) $(FAST_MINUTES)m $(LOWEST)/bin/python -m pytest $(FAST) $(PARALLEL) $(PYTEST_ARGS)
 
 # two steps: the declared dependencies at their floors first, then the test tools held to
@@ -115,14 +128,14 @@ $(LOWEST)/.installed: pyproject.toml .ci/lowest.py
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip uv
 	$(LOWEST)/bin/python .ci/lowest.py pyproject.toml > $(LOWEST)/lowest.txt
 	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/lowest.txt \
-		-e '.[s3,icechunk]' 's3fs[boto3]'
+		-e '.[s3,icechunk,gcs,azure]' 's3fs[boto3]'
 	$(LOWEST)/bin/uv pip freeze --python $(LOWEST)/bin/python --exclude-editable \
 		| grep -v '^uv==' > $(LOWEST)/floor.txt
 	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/floor.txt -e '.[suite]'
 	$(call COMPILED,$(LOWEST))
 	touch $@
 
-test-3.13:
+test-3.13: $(AZURITE)
 	@if [ -z "$(PYTHON313)" ]; then \
 		if [ -n "$$CI" ]; then echo "no Python 3.13 found (PYTHON313=...)"; exit 1; fi; \
 		echo "no Python 3.13 found: the Python 3.13 run is skipped (set PYTHON313=...)"; \
@@ -175,4 +188,4 @@ bench-scaling: $(STAMP)
 	$(BIN)/python benchmarks/scaling.py
 
 clean:
-	rm -rf $(VENV) $(LOWEST) $(PY313) demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LOWEST) $(PY313) .ci/azurite/node_modules demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis

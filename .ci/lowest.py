@@ -1,7 +1,7 @@
 """Print a pip constraints file that pins every dependency pyproject.toml promises to
 its lowest declared version: the runtime dependencies and the extras a user installs
-(s3, icechunk). ``make test`` installs the suite with it (``.venv-lowest``), so the
-lower bounds are tested rather than only written down.
+(s3, icechunk, gcs, azure). ``make test`` installs the suite with it
+(``.venv-lowest``), so the lower bounds are tested rather than only written down.
 
 Usage: python .ci/lowest.py pyproject.toml > constraints.txt
 """
@@ -12,7 +12,7 @@ import re
 import sys
 import tomllib
 
-EXTRAS = ("s3", "icechunk")  # what users install beside the core
+EXTRAS = ("s3", "icechunk", "gcs", "azure")  # what users install beside the core
 BOUND = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*>=\s*(?P<low>[0-9][^,;\s]*)")
 
 

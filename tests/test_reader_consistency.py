@@ -10,7 +10,8 @@ read is checked value by value. Each reader must return only right values (an ol
 generation is right; a value from another place is not), raise nothing (no
 ``CorruptShardError`` or ``TruncatedShardError`` for a shard that is only newer than its
 cached index), and, once the writer has exited, read the last generation everywhere
-(no cached index kept stale). On a local store and on S3 (moto's server).
+(no cached index kept stale). On a local store, on S3 (moto's server), Google Cloud
+Storage (fake-gcs-server, through gcsfs) and Azure (Azurite, through adlfs).
 
 ``shardwise.verify`` and ``shardwise.inventory`` run during the writes must report no
 damage either: the store is never damaged, only rewritten.
@@ -36,10 +37,19 @@ MIN_WRITES = 5  # fewer, and the run proved little: the machine was too busy
 
 
 def where(request, tmp_path, name: str) -> tuple[str, dict | None]:
-    """The store of a test parametrized by ``place``: a local path or an S3 URL (moto's
-    server, the ``bucket`` fixture of conftest.py), and its storage options."""
-    if request.node.callspec.params["place"] == "local":
+    """The store of a test parametrized by ``place``: a local path, or a URL on one of
+    the emulators of conftest.py (moto's S3 server, fake-gcs-server, Azurite), and its
+    storage options."""
+    place = request.node.callspec.params["place"]
+    if place == "local":
         return str(tmp_path / name), None
+    if place == "gcs":
+        server, bucket = request.getfixturevalue("gcs"), request.getfixturevalue("gcs_bucket")
+        return f"gs://{bucket}/{name}", server.storage_options()
+    if place == "azure":
+        server = request.getfixturevalue("azurite")
+        container = request.getfixturevalue("azure_container")
+        return f"az://{container}/{name}", server.storage_options()
     server = request.getfixturevalue("s3")
     bucket = request.getfixturevalue("bucket")
     return f"s3://{bucket}/{name}", server.storage_options()
@@ -57,7 +67,7 @@ def table(tallies) -> str:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("place", ["local", "s3"])
+@pytest.mark.parametrize("place", ["local", "s3", "gcs", "azure"])
 def test_long_lived_readers_never_read_a_rewritten_shard_wrong(tmp_path, place, request):
     store, so = where(request, tmp_path, "c.zarr")
     # on moto's server readers that never pause starve the writer of the machine

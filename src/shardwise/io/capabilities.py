@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from shardwise.errors import WriteError
+from shardwise.io.azure_blob import AdlfsConditional
 from shardwise.io.cloud import ObstoreConditional, S3fsConditional
 from shardwise.io.conditional import LocalConditional, MemoryConditional
+from shardwise.io.gcs import GcsfsConditional
 from shardwise.io.versioned import Conditional
 
 __all__ = [
@@ -186,7 +188,9 @@ def conditional(store: Any) -> Conditional | None:
     (see :mod:`shardwise.io.conditional`): the store's own
     (:class:`SupportsConditional`), else by what lies below the wrappers that pass
     ``get``, ``set`` and ``delete`` on unchanged: local files (zarr-python's or
-    obstore's), memory, S3 through an asynchronous s3fs, or obstore's object stores."""
+    obstore's), memory, S3 through an asynchronous s3fs, Google Cloud Storage through
+    an asynchronous gcsfs, Azure Blob Storage through an asynchronous adlfs, or
+    obstore's object stores."""
     from zarr.storage import MemoryStore
 
     if isinstance(store, SupportsConditional):
@@ -209,6 +213,12 @@ def conditional(store: Any) -> Conditional | None:
             and getattr(fs, "asynchronous", False)
         ):
             return S3fsConditional(fsspec)
+        if getattr(fs, "asynchronous", False):
+            gcsfs, adlfs = sys.modules.get("gcsfs"), sys.modules.get("adlfs")
+            if gcsfs is not None and isinstance(fs, gcsfs.GCSFileSystem):
+                return GcsfsConditional(fsspec)
+            if adlfs is not None and isinstance(fs, adlfs.AzureBlobFileSystem):
+                return AdlfsConditional(fsspec)
         return None
     obstore = obstore_of(store, DATA)
     if obstore is not None:

@@ -8,9 +8,11 @@ import asyncio
 import contextlib
 import hashlib
 import re
+import sys
 from typing import Any, cast
 
 import shardwise._compat as _compat
+from shardwise.io.azure_blob import Ends, Known
 from shardwise.io.retry import count as count_retry
 from shardwise.io.retry import policy as retry_policy
 from shardwise.io.retry import retrying, transient
@@ -218,6 +220,42 @@ class ObstoreConditional(Conditional):
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        azure = getattr(sys.modules.get("obstore.store"), "AzureStore", None)
+        # Azure has no suffix range: the end of an object is read by its size
+        # (:class:`~shardwise.io.azure_blob.Ends`)
+        self.ends: Ends | None = None
+        if azure is not None and isinstance(store, azure):
+            self.suffix_ranges = False
+            self.ends = Ends(self._list, self._properties)
+
+    async def _list(self, folder: str) -> dict[str, Known]:
+        import obstore
+
+        found: dict[str, Known] = {}
+        async for page in obstore.list(self.store, prefix=folder or None):
+            for meta in page:
+                version = _obstore_version(meta.get("e_tag"), meta.get("version"))
+                if version is not None:
+                    found[meta["path"]] = Known(int(meta["size"]), version)
+        return found
+
+    async def _properties(self, key: str) -> Known | None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            meta = await obstore.head_async(self.store, key)
+        except (NotFoundError, FileNotFoundError):
+            return None
+        version = _obstore_version(meta.get("e_tag"), meta.get("version"))
+        if version is None:
+            raise OSError(f"{key}: the store gave neither an ETag nor a version")
+        return Known(int(meta["size"]), version)
+
+    async def _ranged(self, key: str, start: int, stop: int, expected: Version | None) -> Got:
+        from zarr.abc.store import RangeByteRequest
+
+        return await self._read(key, RangeByteRequest(start, stop), expected)
 
     def get(self, key: str) -> tuple[bytes | None, Version]:
         return _compat.sync(self._get(key))
@@ -232,7 +270,8 @@ class ObstoreConditional(Conditional):
             return None, ABSENT
         meta = result.meta
         data = await result.bytes_async()
-        return bytes(data), Version(("obstore", meta.get("e_tag"), meta.get("version")))
+        found = _obstore_version(meta.get("e_tag"), meta.get("version"))
+        return bytes(data), found or Version(("obstore", None, None))
 
     def put(self, key: str, data: Any, expected: Version | None) -> bool:
         return _compat.sync(self._put(key, data, expected))
@@ -249,6 +288,8 @@ class ObstoreConditional(Conditional):
                 _, e_tag, version = expected.tag
                 mode = {"e_tag": e_tag} if version is None else {"e_tag": e_tag, "version": version}
         body = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+        if self.ends is not None:
+            self.ends.forget(key)
         rules = retry_policy()
         loop = asyncio.get_running_loop()
         start, attempt = loop.time(), 0
@@ -300,6 +341,13 @@ class ObstoreConditional(Conditional):
         return None if got.version == expected else False
 
     async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
+        from zarr.abc.store import SuffixByteRequest
+
+        if self.ends is not None and isinstance(byte_range, SuffixByteRequest):
+            return await self.ends.read(key, byte_range.suffix, expected, self._ranged)
+        return await self._read(key, byte_range, expected)
+
+    async def _read(self, key: str, byte_range: Any, expected: Version | None) -> Got:
         import obstore
         from obstore.exceptions import NotFoundError, PreconditionError
         from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -313,6 +361,10 @@ class ObstoreConditional(Conditional):
             options["range"] = {"offset": byte_range.offset}
         if expected is not None and expected.tag[1] is not None:
             options["if_match"] = expected.tag[1]  # (no body when it changed)
+        if expected is not None and expected.tag[2] is not None:
+            # that very version (GCS: the generation, whose ETag, its bytes' MD5, a
+            # rewrite of the same bytes keeps; S3 and Azure: a version id)
+            options["version"] = expected.tag[2]
         try:
             result = await obstore.get_async(self.store, key, options=cast(Any, options))
         except (NotFoundError, FileNotFoundError):
@@ -323,10 +375,11 @@ class ObstoreConditional(Conditional):
             raise Stale(key) from None
         meta = result.meta
         data = await result.bytes_async()
-        e_tag, version = meta.get("e_tag"), meta.get("version")
-        found = None if e_tag is None and version is None else Version(("obstore", e_tag, version))
+        found = _obstore_version(meta.get("e_tag"), meta.get("version"))
         if expected is not None and found != expected:  # (one response: one version)
             raise Stale(key)
+        if self.ends is not None:
+            self.ends.learn(key, meta.get("size"), found)
         return Got(memoryview(data), found, meta.get("size"))
 
     def delete(self, key: str) -> None:
@@ -338,6 +391,14 @@ class ObstoreConditional(Conditional):
 
         with contextlib.suppress(NotFoundError, FileNotFoundError):
             _compat.sync(delete())
+
+
+def _obstore_version(e_tag: str | None, version: str | None) -> Version | None:
+    """The version of obstore's metadata, its ETag quoted whether the store quoted it or
+    not (Azure's listings do not, its responses do)."""
+    if e_tag is None and version is None:
+        return None
+    return Version(("obstore", None if e_tag is None else f'"{e_tag.strip(chr(34))}"', version))
 
 
 def _obstore_unknown(error: BaseException) -> bool:

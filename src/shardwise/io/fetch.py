@@ -82,8 +82,12 @@ class ShardFetcher:
         recheck = options.recheck_cached_data
         # trusted: no condition, no check (the data do not change while open)
         self.trusted = immutable(store) or recheck == "open"
-        # the store's versioned reads, used unless trusted
-        self.versions: Conditional | None = None if self.trusted else conditional(store)
+        # the store's versioned reads, used unless trusted, and where the store has no
+        # suffix range (Azure) in any case: they read an index at a shard's end by the
+        # object's size, known from a listing, not by a request for it per shard
+        found = conditional(store)
+        keep = found is not None and (not self.trusted or not found.suffix_ranges)
+        self.versions: Conditional | None = found if keep else None
         self.caching = options.index_cache and (self.trusted or self.versions is not None)
         # how old a cached index may be to answer without a request (None: any age)
         self.max_age: float | None = (

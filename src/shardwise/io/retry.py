@@ -23,6 +23,7 @@ config ``shardwise.write-retries``, with :func:`backoff`'s pauses).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -43,9 +44,10 @@ __all__ = [
     "retrying",
     "transient",
     "tries",
+    "client_errors",
 ]
 
-_STATUSES = frozenset({500, 502, 503, 504})
+_STATUSES = frozenset({429, 500, 502, 503, 504})
 _CODES = frozenset(
     {
         "SlowDown",
@@ -110,7 +112,7 @@ def count(error: BaseException) -> None:
 
 def transient(error: BaseException) -> bool:
     """Whether ``error`` is a fault worth trying again: throttling and server errors
-    (HTTP 500, 502, 503, 504 and S3's codes for them), connections reset, refused or
+    (HTTP 429, 500, 502, 503, 504 and S3's codes for them), connections reset, refused or
     closed early, bodies shorter than their length, timeouts. Not: refusals (403,
     404, 412...), errors in what was sent."""
     response = getattr(error, "response", None)
@@ -121,6 +123,12 @@ def transient(error: BaseException) -> bool:
     if isinstance(error, ConnectionError | TimeoutError | asyncio.TimeoutError):
         return True
     names = {f"{c.__module__}.{c.__qualname__}" for c in type(error).__mro__}
+    if "azure.core.exceptions.HttpResponseError" in names:  # (an answer from Azure)
+        return getattr(error, "status_code", None) in _STATUSES or any(
+            name in names for name in _TRANSIENT_CLASSES
+        )
+    if "gcsfs.retry.HttpError" in names:  # (an answer from Google Cloud Storage)
+        return getattr(error, "code", None) in _STATUSES
     return any(name in names for name in _TRANSIENT_CLASSES)
 
 
@@ -138,6 +146,10 @@ _TRANSIENT_CLASSES = (
     "aiohttp.http_exceptions.BadStatusLine",
     "http.client.IncompleteRead",
     "http.client.RemoteDisconnected",
+    # azure-core's: no answer (connecting, or the response cut short)
+    "azure.core.exceptions.ServiceRequestError",
+    "azure.core.exceptions.ServiceResponseError",
+    "azure.core.exceptions.IncompleteReadError",
 )
 
 
@@ -197,3 +209,24 @@ def backoff(attempt: int) -> float:
     doubled per try, at most 1 s ("full jitter"), so that writers that collided do not
     collide again in step."""
     return random.uniform(0, min(1.0, 0.01 * 2**attempt))
+
+
+@contextlib.contextmanager
+def client_errors(path: str) -> Iterator[None]:
+    """A store client's own error raised as an ``OSError`` naming ``path`` (the readers
+    and writers name the array and key of an ``OSError``): a ``ConnectionError`` for a
+    fault the client's own retries did not outlast, an ``OSError`` for the rest.
+    ``OSError``, ``ValueError`` and ``TypeError`` pass as they are, and so does every
+    exception of shardwise's own (``Stale``)."""
+    try:
+        yield
+    except (OSError, ValueError, TypeError):
+        raise
+    except Exception as e:
+        if type(e).__module__.startswith("shardwise."):
+            raise
+        if transient(e):
+            raise ConnectionError(
+                f"{path}: {type(e).__name__}: {e} (after the client's retries)"
+            ) from e
+        raise OSError(f"{path}: {type(e).__name__}: {e}") from e

@@ -82,6 +82,10 @@ class Conditional:
     # :meth:`delete` too, to be ordered with the conditional ones (a local directory's
     # lock, memory's): False where the server orders every request itself (S3)
     plain_puts_here = False
+    # whether the store answers a suffix range (``bytes=-N``); where not (Azure), the
+    # conditional reads read an object's end by its size (:class:`~shardwise.io.azure_blob.Ends`)
+    # and every read of the store goes through them
+    suffix_ranges = True
 
     def get(self, key: str) -> tuple[bytes | memoryview | None, Version]:
         raise NotImplementedError
