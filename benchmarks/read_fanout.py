@@ -28,7 +28,7 @@ three ways:
                            chunks (printed): zarr-python reads each dask chunk
 
 Each method's dataset is opened outside the timing, and the request log cleared after
-opening (metadata is not counted). ``shardwise.clear_index_cache()`` runs before every
+opening (metadata is not counted). ``shardwise.cache.clear_index_cache()`` runs before every
 run, so each is a cold job. Every method runs once as a check (its result compared with
 the region read by zarr-python directly, and its requests recorded), then ``--repeats``
 timed rounds, interleaved. Reported per method: store requests (GETs) by kind (whole
@@ -57,7 +57,7 @@ and, as a reference for what the cluster's scheduling alone costs, the sum of a 
 array of as many 1-element chunks as there are inner chunks (``da.zeros(256,
 chunks=1).sum()``: the same number of chunk tasks, no data). Each runs once as a
 warm-up, then ``--repeats`` timed rounds, interleaved, each after
-``client.run(shardwise.clear_index_cache)``. During every timed run
+``client.run(shardwise.cache.clear_index_cache)``. During every timed run
 ``distributed.get_task_stream`` records which worker ran which task; the report counts,
 per worker, the tasks whose key names hold ``shardwise-read`` and ``shardwise-index``
 (dask's optimizer fuses them into longer names; aliases and data nodes are left out),
@@ -442,7 +442,7 @@ def measure_region(
         )
 
     def run(m: str) -> tuple[float, np.ndarray]:
-        shardwise.clear_index_cache()
+        shardwise.cache.clear_index_cache()
         stores[m].log.clear()
         sel = datasets[m].v.isel(time=slice(0, time_stop))
         return timed(lambda: sel.compute(scheduler="threads").values)
@@ -674,8 +674,8 @@ def measure_shard(geo: Geometry, path: Path, repeats: int) -> dict[str, Any]:
             )
 
         def run(m: str) -> tuple[float, Any, list[dict[str, Any]]]:
-            client.run(shardwise.clear_index_cache)
-            shardwise.clear_index_cache()
+            client.run(shardwise.cache.clear_index_cache)
+            shardwise.cache.clear_index_cache()
             with get_task_stream(client) as ts:
                 seconds, out = timed(lambda: float(sums[m].compute()))
             return seconds, out, list(ts.data)

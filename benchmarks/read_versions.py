@@ -58,7 +58,7 @@ in the shard's index):
           store uploaded to a bucket and read by URL through s3fs; the requests are
           counted in the server's access log (``S3Server.hits``), not by shardwise
 
-Cases (``cold``: after ``shardwise.clear_index_cache()``; ``warm``: the same read again at
+Cases (``cold``: after ``shardwise.cache.clear_index_cache()``; ``warm``: the same read again at
 once):
 
   scattered          12 reads of one inner chunk each, 2 in each of 6 shards
@@ -496,7 +496,7 @@ def child_count(spec: dict[str, Any]) -> dict[str, Any]:
 
     results: dict[str, dict[str, Any]] = {}
     for name, (kind, sel) in count_cases(geo).items():
-        shardwise.clear_index_cache()
+        shardwise.cache.clear_index_cache()
         for temp in ("cold", "warm"):
             mark = start()
             if kind == "fanout":

@@ -86,9 +86,9 @@ def _no_open_s3fs_sessions():
 @pytest.fixture(autouse=True)
 def _fresh_index_cache():
     """Each test starts with an empty per-process shard-index cache."""
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
     yield
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
 
 
 @pytest.fixture

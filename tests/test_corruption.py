@@ -60,11 +60,10 @@ from shardwise import (
     ReadOptions,
     ShardwiseError,
     TruncatedShardError,
-    UnsupportedArrayError,
-    UnsupportedCodecError,
     _compat,
 )
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.format.index import EMPTY, IndexFormat, check_entries
 from shardwise.format.metadata import ArrayInfo
 from shardwise.xarray.backend import _ENGINE_KINDS

@@ -27,14 +27,40 @@ def python_blocks(page: Path) -> list[tuple[str, str]]:
     return [(m["how"] or "", m["code"]) for m in BLOCK.finditer(page.read_text())]
 
 
-def test_every_public_name_has_a_docstring_and_an_api_entry():
+PUBLIC_MODULES = ("shardwise", "shardwise.errors", "shardwise.cache", "shardwise.array")
+
+
+def test_every_public_name_has_a_docstring_and_an_api_entry_at_its_public_path():
+    """Each name of the top level and of the documented submodules, in docs/api.md at
+    the path users write (``shardwise.to_zarr``, not where it is defined)."""
+    import importlib
+
     api = (DOCS / "api.md").read_text()
-    for name in shardwise.__all__:
-        if name == "__version__":
-            continue
-        obj = getattr(shardwise, name)
-        assert (obj.__doc__ or "").strip(), f"shardwise.{name} has no docstring"
-        assert f"::: {obj.__module__}.{name}\n" in api, f"shardwise.{name} is not in docs/api.md"
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            if name == "__version__":
+                continue
+            obj = getattr(module, name)
+            assert (obj.__doc__ or "").strip(), f"{module_name}.{name} has no docstring"
+            # (an error at the top level too is documented there)
+            where = "shardwise" if name in shardwise.__all__ else module_name
+            entry = f"::: {where}.{name}\n"
+            assert entry in api, f"{where}.{name} is not in docs/api.md"
+
+
+def test_the_top_level_holds_what_users_call():
+    """About 30 names: readers, writers, tools and their reports, and the errors users
+    catch most; the rest of the errors in shardwise.errors, the cache in
+    shardwise.cache."""
+    assert len(shardwise.__all__) <= 32
+    import shardwise.errors as errors
+
+    for name in errors.__all__:
+        if name in shardwise.__all__:
+            assert getattr(shardwise, name) is getattr(errors, name)
+        else:
+            assert not hasattr(shardwise, name) or name in ("errors",), name
 
 
 def run_blocks(page: Path, tmp_path: Path, namespace: dict, monkeypatch) -> int:
@@ -154,3 +180,8 @@ def test_the_stores_table_is_the_same_on_both_pages():
         return text[text.index("\n", start) : text.index("<!-- /stores-table -->")]
 
     assert table("concurrency.md") == table("user-guide.md")
+
+
+def test_the_engine_says_what_it_is_and_where_to_read_about_it():
+    entry = xr.backends.list_engines()["shardwise"]
+    assert "shard" in entry.description and entry.url.startswith("https://")

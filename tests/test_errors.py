@@ -12,14 +12,8 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 
 import shardwise
-from shardwise import (
-    ChecksumError,
-    CorruptShardError,
-    NotAZarrStoreError,
-    ShardwiseError,
-    TruncatedShardError,
-    UnsupportedCodecError,
-)
+from shardwise import ChecksumError, CorruptShardError, ShardwiseError, TruncatedShardError
+from shardwise.errors import NotAZarrStoreError, UnsupportedCodecError
 from shardwise.io.reader import ArrayReader
 
 

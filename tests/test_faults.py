@@ -628,7 +628,7 @@ def test_regions_sharing_a_shard_are_caught_before_writing(client, tmp_path):
         "time": {"time/c/5": [0, 1]},
         "v": {"v/c/5/0": [0, 1]},
     }
-    with pytest.raises(shardwise.RegionConflictError) as info:
+    with pytest.raises(shardwise.errors.RegionConflictError) as info:
         shardwise.check_regions(path, [r1, r2], variables=["v"])
     assert isinstance(info.value, ValueError)
     assert info.value.array == "v" and info.value.key == "v/c/5/0"
@@ -698,7 +698,7 @@ def test_check_regions_sees_shared_chunks_of_zarr_v2_arrays(client, tmp_path):
     kept_1, kept_2 = (got[400:500] == 1).all(), (got[500:] == 2).all()
     assert kept_1 != kept_2  # one job's rows of chunk 1 are lost
     assert shardwise.shared_shards(path, [{"time": r1}, {"time": r2}]) == {"v": {"v/1.0": [0, 1]}}
-    with pytest.raises(shardwise.RegionConflictError):
+    with pytest.raises(shardwise.errors.RegionConflictError):
         shardwise.check_regions(path, [{"time": r1}, {"time": r2}])
 
 

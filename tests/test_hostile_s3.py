@@ -53,7 +53,7 @@ def test_a_draft_array_named_dotdot_in_a_bucket(s3, bucket, tmp_path, client):
             src.where(),
             dst.url if client == "s3fs" else dst.where(),
             storage_options=src.options(),
-            dst_storage_options=dst.options(),
+            target_options=dst.options(),
         ),
         lambda: shardwise.info(src.where(), storage_options=src.options()),
     ):
@@ -95,7 +95,7 @@ def test_a_giant_sparse_grid_in_a_bucket(s3, bucket, tmp_path, client):
     (i, j), value = next(iter(POINTS.items()))
     reader = shardwise.ArrayReader.open(src.where(), "v", storage_options=src.options())
     assert reader[i, j] == value
-    with pytest.raises(shardwise.TooLargeError):
+    with pytest.raises(shardwise.errors.TooLargeError):
         shardwise.inventory(src.where(), "v", storage_options=src.options())
 
 
@@ -116,7 +116,7 @@ def test_refusals_write_nothing_to_a_bucket(s3, bucket, tmp_path, client):
     dst = Target(client, s3, bucket, "dst.zarr")
     with pytest.raises(shardwise.WriteError, match="Nothing was written"):
         reshard_to(src, dst)
-    with pytest.raises(shardwise.UnsupportedArrayError, match=re.escape("b/zarr.json")):
+    with pytest.raises(shardwise.errors.UnsupportedArrayError, match=re.escape("b/zarr.json")):
         reshard_to(src2, dst)
     assert _keys(s3, bucket) == before
     found = shardwise.info(src2.where(), storage_options=src2.options())

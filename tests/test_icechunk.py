@@ -245,7 +245,7 @@ def test_concurrent_jobs_disjoint_regions_commit_and_shared_shards_conflict(tmp_
         d.commit("d", rebase_with=icechunk.ConflictDetector())
     got = read(repo).v.values
     assert (got[150:250] == 2).all() and (got[100:150] == 1).all()
-    with pytest.raises(shardwise.RegionConflictError):  # what check_regions would have said
+    with pytest.raises(shardwise.errors.RegionConflictError):  # what check_regions would have said
         shardwise.check_regions(
             repo.readonly_session("main").store,
             [{"t": slice(150, 250)}, {"t": slice(180, 280)}],

@@ -50,7 +50,7 @@ def _array(tmp_path):
 def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts):
     path = _array(tmp_path)
     more = da.from_array(block(150), chunks=ROWS)
-    with pytest.raises(shardwise.IncompleteAppendError) as info:
+    with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
         shardwise.to_zarr(more, path, path="v", append_dim=0)
     err = info.value
     assert isinstance(err, OSError) and isinstance(err.__cause__, shardwise.StoreIOError)
@@ -70,7 +70,7 @@ def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
     shardwise.to_zarr(rows_dataset(0, 150), path, consolidated=False, encoding=encoding)
     more = rows_dataset(150, ROWS)
-    with pytest.raises(shardwise.IncompleteAppendError) as info:
+    with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
         shardwise.to_zarr(more, path, append_dim="y", consolidated=False)
     err = info.value
     assert {name: span for name, span in err.rows.items()} == {
@@ -101,7 +101,7 @@ def test_running_a_failed_dask_array_append_again_completes_its_rows(
 ):
     path = _array(tmp_path)
     more = da.from_array(block(150), chunks=ROWS)
-    with pytest.raises(shardwise.IncompleteAppendError) as info:
+    with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
         shardwise.to_zarr(more, path, path="v", append_dim=0)
     assert "Run the same append again" in str(info.value)
     stored = zarr.open_array(path, path="v", mode="r")
@@ -128,7 +128,7 @@ def test_other_data_appended_after_a_failed_append_does_not_take_its_rows(
     tmp_path, failing_shard_puts
 ):
     path = _array(tmp_path)
-    with pytest.raises(shardwise.IncompleteAppendError):
+    with pytest.raises(shardwise.errors.IncompleteAppendError):
         shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
     failing_shard_puts()
     shardwise.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
@@ -158,7 +158,7 @@ def test_running_a_failed_dataset_append_again_completes_its_rows(tmp_path, fail
     path = tmp_path / "d.zarr"
     encoding = {"temp": {"shards": (100, 4), "chunks": (10, 4)}}
     shardwise.to_zarr(_dataset(0, 150), path, encoding=encoding)
-    with pytest.raises(shardwise.IncompleteAppendError) as info:
+    with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
         shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
     assert "Run the same append again" in str(info.value)
     group = zarr.open_group(path, mode="r", use_consolidated=False)
@@ -206,7 +206,7 @@ def test_a_failure_after_the_commit_before_the_data_reports_the_rows(tmp_path, m
 
     with monkeypatch.context() as m:
         m.setattr(AppendTransaction, "reopen", failing)
-        with pytest.raises(shardwise.IncompleteAppendError) as info:
+        with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
             shardwise.to_zarr(_dataset(150, ROWS), path, append_dim="time")
     assert info.value.rows["temp"] == ("time", 150, 200)
     assert "Run the same append again" in str(info.value)

@@ -298,7 +298,7 @@ def test_region_writes_into_a_rectilinear_array(tmp_path, region):
     assert grid(path)[0]["configuration"]["chunk_shapes"][0] == [10, 6, 14]
     # separate jobs: regions on shard boundaries are disjoint, others share a shard
     shardwise.check_regions(path, [{"time": slice(0, 10)}, {"time": slice(10, 30)}])
-    with pytest.raises(shardwise.RegionConflictError) as err:
+    with pytest.raises(shardwise.errors.RegionConflictError) as err:
         shardwise.check_regions(path, [{"time": slice(0, 12)}, {"time": slice(12, 30)}])
     assert err.value.key == "tas/c/1/0"
 

@@ -36,7 +36,7 @@ def test_versions_are_numbers():
 def test_rectilinear_shards_of_a_dask_array_need_zarr_3_2(tmp_path, monkeypatch):
     _lacking(monkeypatch, "rectilinear")
     x = da.zeros((40, 8), chunks=(IRREGULAR, 8))
-    with pytest.raises(shardwise.VersionError) as info:
+    with pytest.raises(shardwise.errors.VersionError) as info:
         shardwise.to_zarr(x, tmp_path / "a.zarr", path="v")
     assert isinstance(info.value, NotImplementedError)
     assert _compat.needed("rectilinear") in str(info.value)
@@ -51,7 +51,7 @@ def test_rectilinear_shards_of_a_dask_array_need_zarr_3_2(tmp_path, monkeypatch)
 def test_rectilinear_shards_through_xarray_need_both_releases(tmp_path, monkeypatch, feature):
     _lacking(monkeypatch, feature)
     ds = xr.Dataset({"v": (("y", "x"), np.zeros((40, 8)))}).chunk({"y": IRREGULAR})
-    with pytest.raises(shardwise.VersionError) as info:
+    with pytest.raises(shardwise.errors.VersionError) as info:
         shardwise.to_zarr(ds, tmp_path / "d.zarr", shards="dask")
     # (the first feature lacking is named: zarr-python's, where it is lacking too)
     lacking = [f for f in ("rectilinear", "xarray-rectilinear") if not _compat.has(f)]
@@ -89,7 +89,7 @@ def test_a_rectilinear_document_is_named_where_zarr_cannot_read_it(monkeypatch):
     from shardwise.format.metadata import parse_document
 
     _lacking(monkeypatch, "rectilinear")
-    with pytest.raises(shardwise.VersionError) as info:
+    with pytest.raises(shardwise.errors.VersionError) as info:
         parse_document(json.dumps(RECTILINEAR).encode(), "v/zarr.json")
     assert _compat.needed("rectilinear") in str(info.value) and "v/zarr.json" in str(info.value)
 
@@ -98,7 +98,7 @@ def test_a_rectilinear_document_is_named_where_zarr_cannot_read_it(monkeypatch):
 @pytest.mark.parametrize("reader", ["ArrayReader", "from_zarr", "open_dataset"])
 def test_reading_a_rectilinear_array_names_the_release_it_needs(tmp_path, reader):
     store = _rectilinear_store(tmp_path)
-    with pytest.raises(shardwise.VersionError) as info:
+    with pytest.raises(shardwise.errors.VersionError) as info:
         if reader == "ArrayReader":
             shardwise.ArrayReader.open(store, "v")
         elif reader == "from_zarr":

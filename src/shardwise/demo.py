@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  mean January temperature at 45N: {january:.2f} K")
 
     # how many store requests one full read costs (threaded, counted in this process)
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
     store = CountingStore(LocalStore(path, read_only=True))
     counted = xr.open_dataset(store, engine="shardwise", chunks={}, consolidated=False)  # type: ignore[arg-type]
     store.log.clear()

@@ -1,4 +1,7 @@
-"""Errors raised by shardwise.
+"""Errors and warnings of shardwise.
+
+The base of every error is :class:`ShardwiseError`; the errors users catch most are
+also at the top level (``shardwise.StoreIOError`` ...), the rest are here.
 
 Every error subclasses both :class:`ShardwiseError` and the built-in exception that
 existing ``except`` clauses already catch (``FileNotFoundError``, ``ValueError``, ...),
@@ -13,25 +16,28 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 __all__ = [
-    "UnprotectedWriteWarning",
     "ArgumentError",
+    "ArrayChoiceError",
     "ChangingShardError",
     "ChecksumError",
+    "ChunkRoundingWarning",
     "ChunksError",
     "ConflictError",
     "CorruptShardError",
+    "IncompleteAppendError",
     "NotAZarrStoreError",
     "OverlapError",
     "RegionConflictError",
     "ShardwiseError",
     "StoreExistsError",
     "StoreIOError",
-    "VersionError",
     "TooLargeError",
     "TruncatedShardError",
+    "UnprotectedWriteWarning",
     "UnsafeNameError",
     "UnsupportedArrayError",
     "UnsupportedCodecError",
+    "VersionError",
     "WriteError",
 ]
 
@@ -209,6 +215,15 @@ class VersionError(ShardwiseError, NotImplementedError):
     """What was asked needs a newer release of a dependency than the one installed (a
     feature only the newer releases of the versions shardwise supports have): the
     message names the release. Nothing was written."""
+
+
+class ArrayChoiceError(ShardwiseError, ValueError):
+    """``inventory`` was not told which array, and the group holds several, or was told
+    one the group does not hold."""
+
+
+class ChunkRoundingWarning(UserWarning):
+    """Requested dask chunks cut inner chunks and were moved to inner-chunk boundaries."""
 
 
 class UnprotectedWriteWarning(UserWarning):

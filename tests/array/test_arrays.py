@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 
 import shardwise
-from shardwise import StoreExistsError, WriteError, _compat
+from shardwise import WriteError, _compat
 from shardwise._flags import rectilinear_grids
+from shardwise.errors import StoreExistsError
 
 
 def values(shape, seed=0):

@@ -15,7 +15,8 @@ import xarray as xr
 import zarr
 
 import shardwise
-from shardwise import ArgumentError, StoreExistsError, WriteError
+from shardwise import WriteError
+from shardwise.errors import ArgumentError, StoreExistsError
 
 
 def shard_keys(path):
@@ -199,8 +200,8 @@ def test_mode_w_refuses_to_replace_what_the_data_is_read_from(tmp_path, inline_a
     path = tmp_path / "a.zarr"
     shardwise.to_zarr(da.arange(40, chunks=10), path, shards=(20,), chunks=(5,))
     x = shardwise.from_zarr(path, inline_array=inline_array, chunks=chunks)
-    with pytest.raises(shardwise.OverlapError):
+    with pytest.raises(shardwise.errors.OverlapError):
         shardwise.to_zarr(x + 1, path, mode="w")
-    with pytest.raises(shardwise.OverlapError):
+    with pytest.raises(shardwise.errors.OverlapError):
         shardwise.to_zarr(xr.Dataset({"v": ("t", x)}), path, mode="w")
     np.testing.assert_array_equal(shardwise.from_zarr(path).compute(), np.arange(40))

@@ -123,7 +123,7 @@ _DELAYED = (
 DIFFERENCES: dict[str, tuple[str, type[BaseException] | tuple[type[BaseException], ...]]] = {
     "test_zarr_sharding_roundtrip[chunks0-shards0]": (_CHUNKS, AssertionError),
     "test_zarr_sharding_roundtrip[chunks1-shards1]": (_CHUNKS, AssertionError),
-    "test_read_zarr_chunks": (_CHUNKS, shardwise.ChunkRoundingWarning),
+    "test_read_zarr_chunks": (_CHUNKS, shardwise.errors.ChunkRoundingWarning),
     "test_zarr_inline_array[False]": (
         "the graph holds shardwise's ArrayReader (it reads byte ranges), not the zarr.Array",
         AssertionError,

@@ -18,7 +18,8 @@ import zarr
 from dask.task_spec import Task, TaskRef
 
 import shardwise
-from shardwise import ArrayReader, ChunksError, NotAZarrStoreError
+from shardwise import ArrayReader, ChunksError
+from shardwise.errors import NotAZarrStoreError
 
 
 def values(shape, seed=0):
@@ -148,7 +149,7 @@ def test_chunks_none_is_one_chunk_per_shard_where_dask_has_one_per_zarr_chunk(tm
 
 def test_chunks_that_cut_inner_chunks_are_rounded_with_a_warning(tmp_path):
     sharded(tmp_path / "s.zarr")
-    with pytest.warns(shardwise.ChunkRoundingWarning, match="inner-chunk boundaries"):
+    with pytest.warns(shardwise.errors.ChunkRoundingWarning, match="inner-chunk boundaries"):
         x = shardwise.from_zarr(tmp_path / "s.zarr", "g/v", chunks=(6, 20))
     assert x.chunks == ((5,) * 6, (20,))
     np.testing.assert_array_equal(x.compute(), DATA)
@@ -383,7 +384,7 @@ def test_zarr_pythons_other_arguments_are_passed_and_misspellings_refused(tmp_pa
         )
     with pytest.raises(TypeError, match="found zarr_fromat") as info:
         shardwise.from_zarr(tmp_path / "s.zarr", "g/v", zarr_fromat=2)
-    assert isinstance(info.value, shardwise.ArgumentError)
+    assert isinstance(info.value, shardwise.errors.ArgumentError)
     with pytest.raises(TypeError, match="found bogus"):
         ArrayReader.open(tmp_path / "s.zarr", "g/v", bogus=1)
     # a value zarr-python refuses: its own error

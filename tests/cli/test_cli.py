@@ -335,7 +335,8 @@ def test_progress_bar_on_a_terminal_goes_to_stderr(tmp_path):
     )
     assert code == 0, shown
     assert json.loads(out)["shards"] == 20  # stdout holds the JSON document only
-    assert "migrate: 100%" in shown and "21/21" in shown  # 20 shard tasks and the last one
+    # 20 shard tasks, the one that ends the copy, and the one that gives the report
+    assert "migrate: 100%" in shown and "22/22" in shown
     out, shown, code = run_with_tty_stderr(
         "migrate", LEGACY / "compressors", tmp_path / "b.zarr", "--no-progress"
     )

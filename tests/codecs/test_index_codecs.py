@@ -29,10 +29,10 @@ from shardwise import (
     CorruptShardError,
     ShardwiseError,
     TruncatedShardError,
-    UnsupportedCodecError,
     _compat,
 )
 from shardwise.codecs import ZarrIndexFormat, index_format_from_codecs
+from shardwise.errors import UnsupportedCodecError
 from shardwise.format.index import IndexFormat
 from shardwise.io.stores import ReadOptions
 

@@ -27,8 +27,9 @@ from zarr.core.sync import sync
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import UnsafeNameError, UnsupportedArrayError
+from shardwise.errors import UnsafeNameError, UnsupportedArrayError
 from shardwise.format import names as names_module
+from shardwise.format.metadata import ArrayInfo
 from shardwise.format.names import key_under, node_name, node_path
 from shardwise.io.sources import open_source
 
@@ -360,9 +361,9 @@ def test_consolidated_keys_are_never_followed(tmp_path):
 def test_array_info_checks_its_path():
     meta = zarr.create_array(MemoryStore(), shape=(2,), dtype="i1").metadata
     with pytest.raises(UnsafeNameError) as err:
-        shardwise.ArrayInfo.from_metadata(meta, "a/../../b")
+        ArrayInfo.from_metadata(meta, "a/../../b")
     assert err.value.key == "a/../../b/zarr.json"
-    assert shardwise.ArrayInfo.from_metadata(meta, "/a/b/").path == "a/b"  # edges: stripped
+    assert ArrayInfo.from_metadata(meta, "/a/b/").path == "a/b"  # edges: stripped
 
 
 # -- one damaged document among many ----------------------------------------------------------

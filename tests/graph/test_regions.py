@@ -7,7 +7,8 @@ import pytest
 import xarray as xr
 
 import shardwise
-from shardwise import RegionConflictError, WriteError
+from shardwise import WriteError
+from shardwise.errors import RegionConflictError
 
 
 @pytest.fixture

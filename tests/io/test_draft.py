@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import UnsupportedArrayError, UnsupportedCodecError
+from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.testing import CountingStore
 
 LEGACY = Path(__file__).parents[1] / "data" / "legacy"

@@ -358,12 +358,12 @@ def test_index_state_has_one_owner_and_reads_the_environment_on_first_use():
 
     owner = cache.process_indexes()
     assert cache.SUPPLIED is owner.supplied and cache.IN_FLIGHT is owner.in_flight
-    assert shardwise.index_cache() is owner.cache is cache.index_cache()
+    assert shardwise.cache.index_cache() is owner.cache is cache.index_cache()
     code = (
         "import os, shardwise\n"
         "from shardwise.io import cache\n"
         "os.environ['SHARDWISE_INDEX_CACHE_BYTES'] = '4096'\n"
-        "print(shardwise.index_cache().max_bytes)\n"
+        "print(shardwise.cache.index_cache().max_bytes)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "4096"  # read when the cache is first used, not at import

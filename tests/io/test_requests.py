@@ -86,7 +86,7 @@ def test_index_cache_can_be_turned_off(counted):
         ds.temperature.load()
     index_reads = [r for r in store.log.gets() if r.byte_range.startswith("last")]
     assert len(index_reads) == 8 * 3 * 2  # every task reads its shard's index
-    assert len(shardwise.index_cache()) == 0
+    assert len(shardwise.cache.index_cache()) == 0
 
 
 def test_small_region_reads_index_then_coalesced_range(counted):

@@ -23,8 +23,9 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.storage import LocalStore, MemoryStore, WrapperStore
 
 import shardwise
-from shardwise import ArrayReader, ChangingShardError, ReadOptions
+from shardwise import ArrayReader, ReadOptions
 from shardwise._compat import sync
+from shardwise.errors import ChangingShardError
 from shardwise.io.cache import SUPPLIED, IndexEntry
 from shardwise.io.capabilities import conditional
 from shardwise.io.conditional import ABSENT, Stale
@@ -508,4 +509,4 @@ def test_icechunk_snapshots_need_no_check(tmp_path):
     assert reader.fetcher.trusted and reader.fetcher.caching
     np.testing.assert_array_equal(reader[50:60], values(range(50, 60), 1))
     np.testing.assert_array_equal(reader[30:40], np.full((10, 10), -1))
-    assert len(shardwise.index_cache()) == 1
+    assert len(shardwise.cache.index_cache()) == 1

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import ArrayChoiceError, ChecksumError, TruncatedShardError
+from shardwise import ChecksumError, TruncatedShardError
+from shardwise.errors import ArrayChoiceError
 from shardwise.io.sources import open_source
 from shardwise.testing import CountingStore
 from shardwise.tools.inventory import summary
@@ -710,7 +711,7 @@ def test_arrays_shardwise_cannot_read(tmp_path):
     text = str(info)
     assert "arrays   1 (and 1 shardwise cannot read)" in text
     assert "names  (cannot be read by shardwise)" in text
-    with pytest.raises(shardwise.UnsupportedArrayError):
+    with pytest.raises(shardwise.errors.UnsupportedArrayError):
         shardwise.inventory(tmp_path, "names")
     assert set(shardwise.inventories(tmp_path)) == {"n"}
     assert shardwise.inventory(tmp_path, "n").attrs["chunks_present"] == 1

@@ -176,10 +176,10 @@ def test_a_zarr_json_that_cannot_be_read_is_a_problem_not_an_exception(tmp_path,
 
 
 def test_no_zarr_v3_metadata_here(tmp_path, capsys):
-    with pytest.raises(shardwise.NotAZarrStoreError, match="found nothing"):
+    with pytest.raises(shardwise.errors.NotAZarrStoreError, match="found nothing"):
         shardwise.verify(tmp_path / "nothing.zarr")
     zarr.open_group(LocalStore(tmp_path / "v2.zarr"), mode="w", zarr_format=2)
-    with pytest.raises(shardwise.NotAZarrStoreError, match="Zarr v2 metadata"):
+    with pytest.raises(shardwise.errors.NotAZarrStoreError, match="Zarr v2 metadata"):
         shardwise.verify(tmp_path / "v2.zarr")
     assert main(["verify", str(tmp_path / "v2.zarr")]) == 2
     assert "error: no Zarr v3 group or array here" in capsys.readouterr().err

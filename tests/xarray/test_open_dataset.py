@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import ChunkRoundingWarning, ChunksError
+from shardwise import ChunksError
+from shardwise.errors import ChunkRoundingWarning
 from shardwise.io.cache import SUPPLIED
 from shardwise.testing import CountingStore
 
@@ -190,7 +191,7 @@ def test_chunks_of_whole_shards_need_no_index_tasks(weather_store):
     store = counted_store(path)
     ds = open_fanout(store)
     assert not layer_tasks(ds.temperature.data, "shardwise-index-")
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
     ds.temperature.compute(scheduler="threads")
     assert sorted((r.key, r.byte_range) for r in store.log.gets()) == [
         (f"temperature/c/{i}/0/0", "whole") for i in range(4)
@@ -204,7 +205,7 @@ def test_one_index_read_per_shard_per_job(weather_store, index_cache):
     path, _ = weather_store
     store = counted_store(path)
     ds = open_fanout(store, chunks="inner", read_options={"index_cache": index_cache})
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
     with dask.config.set(scheduler="threads", num_workers=4):
         got = ds.compute()
     xr.testing.assert_identical(got, reference(path))
@@ -242,7 +243,7 @@ def test_slicing_reads_only_what_the_selection_needs(
     indexed = [k for k in optimized if "shardwise-index-" in str(k)]
     assert all(k[1:] == (1, 0, 0) for k in indexed), indexed
 
-    shardwise.clear_index_cache()
+    shardwise.cache.clear_index_cache()
     got = sub.compute(scheduler="threads")
     np.testing.assert_array_equal(got.values, reference(path).temperature.values[11:14, 0:8])
 

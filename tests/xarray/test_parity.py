@@ -43,7 +43,7 @@ def test_the_zarr_python_2_keywords_of_older_xarray(tmp_path):
     opened = xr.open_dataset(path, engine="shardwise", consolidated=False, zarr_version=3)
     assert opened.v.values.tolist() == [0.0, 1.0, 2.0, 3.0]
     for bad in ({"synchronizer": object()}, {"chunk_store": {}}, {"zarr_version": 2}):
-        with pytest.raises(shardwise.ArgumentError):
+        with pytest.raises(shardwise.errors.ArgumentError):
             xr.open_dataset(path, engine="shardwise", consolidated=False, zarr_format=3, **bad)
 
 

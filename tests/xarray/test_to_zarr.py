@@ -18,8 +18,9 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from bounded import join_all
-from shardwise import StoreExistsError, WriteError, _compat
+from shardwise import WriteError, _compat
 from shardwise.codecs import ShardDecoder
+from shardwise.errors import StoreExistsError
 from shardwise.format.grid import auto_chunks, auto_shards
 from shardwise.format.metadata import ArrayInfo
 from shardwise.testing import CountingStore

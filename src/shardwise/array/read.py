@@ -80,7 +80,7 @@ def from_zarr(
     Differences from :func:`dask.array.from_zarr`: the default chunks are one dask chunk
     per shard, not one per zarr (inner) chunk; and dask chunks always hold whole inner
     chunks: sizes that would cut inner chunks are moved to inner-chunk boundaries, with a
-    :class:`~shardwise.ChunkRoundingWarning`.
+    :class:`~shardwise.errors.ChunkRoundingWarning`.
     """
     if isinstance(read_options, Mapping):
         read_options = ReadOptions(**read_options)

@@ -131,16 +131,16 @@ def migrate(
     (zlib is re-encoded as gzip); one task per shard. A failed run is completed with
     --mode a.
     """
-    report, delayed = shardwise.migrate(
+    delayed = shardwise.migrate(
         absolute(src),
         absolute(dst),
         group=group,
         storage_options=run.storage_options(src),
-        dst_storage_options=storage_options_for(dst, dst_storage_options, "--dst-storage-option"),
+        target_options=storage_options_for(dst, dst_storage_options, "--dst-storage-option"),
         mode=mode,
         compute=False,
     )
-    run.compute(delayed, desc="migrate")
+    (report,) = run.compute(delayed, desc="migrate")
     lines = [
         f"migrated {src} to {dst}: {_plural(len(report.arrays), 'array')} in "
         f"{_plural(len(report.groups), 'group')}, {_plural(report.shards, 'shard')}"
@@ -199,7 +199,7 @@ def reshard(
     """
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    report, delayed = shardwise.reshard(
+    delayed = shardwise.reshard(
         absolute(src),
         absolute(dst),
         shards=shards,
@@ -207,14 +207,12 @@ def reshard(
         codecs=codec,
         group=group,
         variables=list(variables) or None,
-        mode="w" if overwrite else "w-",
-        resume=resume,
+        mode="w" if overwrite else "a" if resume else "w-",
         storage_options=run.storage_options(src),
         target_options=storage_options_for(dst, dst_storage_options, "--dst-storage-option"),
         compute=False,
     )
-    (stats,) = run.compute(delayed, desc="reshard")
-    report.add(stats)
+    (report,) = run.compute(delayed, desc="reshard")
     lines = [f"resharded {src} to {dst}", *(f"  {line}" for line in str(report).splitlines())]
     for name in report.arrays:
         how = (

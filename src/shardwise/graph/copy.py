@@ -70,7 +70,7 @@ __all__ = [
 Stats = tuple[int, int, int, int, int, int]
 Targets = dict[tuple[int, ...], list[tuple[int, ...]]]  # target shard -> source objects
 RESUME_ADVICE = (
-    "Check the stores (space, permissions, connection), then run again with resume=True "
+    "Check the stores (space, permissions, connection), then run again with mode='a' "
     "(--resume): the shards already written are kept."
 )
 

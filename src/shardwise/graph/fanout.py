@@ -28,7 +28,7 @@ Because read tasks are dask ``getter`` tasks, dask's optimizer fuses a later sli
 chunk needs: a selection reads only the shards, indexes and inner chunks it touches.
 
 Dask chunks are groupings of whole inner chunks: :func:`block_sizes` rounds requested
-sizes to inner-chunk boundaries, with a :class:`ChunkRoundingWarning` when it has to.
+sizes to inner-chunk boundaries, with a :class:`~shardwise.errors.ChunkRoundingWarning` when it has to.
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 from shardwise._gc import paused_gc
-from shardwise.errors import ChunksError
+from shardwise.errors import ChunkRoundingWarning, ChunksError
 from shardwise.io.cache import SUPPLIED, IndexEntry
 from shardwise.io.reader import ArrayReader
 
 if TYPE_CHECKING:
     from shardwise.format.grid import DimGrid
 
-__all__ = ["ChunkRoundingWarning", "block_sizes", "fanout_array", "stored_reader"]
+__all__ = ["block_sizes", "fanout_array", "stored_reader"]
 
 # what one dimension's chunks may be asked as
 DimChunks = int | str | tuple[int, ...] | None
@@ -61,10 +61,6 @@ DimChunks = int | str | tuple[int, ...] | None
 # handles well; the bound is there so that an absurd shape (a dimension of 2**40) raises
 # ChunksError at once instead of listing its chunks until memory runs out.
 MAX_CHUNKS = 10_000_000
-
-
-class ChunkRoundingWarning(UserWarning):
-    """Requested dask chunks cut inner chunks and were moved to inner-chunk boundaries."""
 
 
 def _boundaries(dim: DimGrid, unit: str) -> list[int]:
@@ -154,7 +150,7 @@ class _Axis(NamedTuple):
 class _Plan(NamedTuple):
     """What :func:`normalize_chunks` is given for one dimension (a size, explicit sizes
     or ``"auto"``), how many chunks that makes (0 for ``"auto"``: dask decides), and the
-    note for the :class:`ChunkRoundingWarning` when the sizes asked for were moved."""
+    note for the :class:`~shardwise.errors.ChunkRoundingWarning` when the sizes asked for were moved."""
 
     spec: int | str | tuple[int, ...]
     nchunks: int
@@ -176,7 +172,7 @@ def block_sizes(
     ``array.chunk-size``), or a mapping from dimension name to one of those, an int size,
     a tuple of sizes, ``-1`` (the whole dimension) or ``None`` (shards). Dimensions the
     mapping leaves out get one chunk per shard. Sizes that cut inner chunks are moved to
-    the nearest inner-chunk boundary, with a :class:`ChunkRoundingWarning`.
+    the nearest inner-chunk boundary, with a :class:`~shardwise.errors.ChunkRoundingWarning`.
     """
     import dask
     from dask.utils import parse_bytes

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import shardwise._compat as _compat
-from shardwise.io.retry import client_errors
+from shardwise.io.retry import client_errors, retrying
 from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
 
 __all__ = ["AdlfsConditional", "Ends", "etag_version"]
@@ -175,10 +175,14 @@ class AdlfsConditional(Conditional):
         where: dict[str, Any] = {}
         if start is not None:
             where = {"offset": start, "length": None if stop is None else stop - start}
+
+        async def download() -> tuple[Any, bytes]:
+            downloader = await self._blob(key).download_blob(**where, **condition)
+            return downloader, await downloader.readall()
+
         with client_errors(self._path(key)):
-            try:
-                downloader = await self._blob(key).download_blob(**where, **condition)
-                data = await downloader.readall()
+            try:  # (a body cut short: the whole request again)
+                downloader, data = await retrying(download)
             except ResourceNotFoundError:
                 if expected is not None:
                     raise Stale(key) from None

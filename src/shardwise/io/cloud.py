@@ -234,7 +234,10 @@ class ObstoreConditional(Conditional):
         found: dict[str, Known] = {}
         async for page in obstore.list(self.store, prefix=folder or None):
             for meta in page:
-                version = _obstore_version(meta.get("e_tag"), meta.get("version"))
+                # (Azure's listings give an ETag unquoted, its responses quoted)
+                e_tag = meta.get("e_tag")
+                e_tag = None if e_tag is None else f'"{e_tag.strip(chr(34))}"'
+                version = _obstore_version(e_tag, meta.get("version"))
                 if version is not None:
                     found[meta["path"]] = Known(int(meta["size"]), version)
         return found
@@ -394,11 +397,11 @@ class ObstoreConditional(Conditional):
 
 
 def _obstore_version(e_tag: str | None, version: str | None) -> Version | None:
-    """The version of obstore's metadata, its ETag quoted whether the store quoted it or
-    not (Azure's listings do not, its responses do)."""
+    """The version of obstore's metadata, its ETag as the store gave it (what the
+    store's conditions compare with)."""
     if e_tag is None and version is None:
         return None
-    return Version(("obstore", None if e_tag is None else f'"{e_tag.strip(chr(34))}"', version))
+    return Version(("obstore", e_tag, version))
 
 
 def _obstore_unknown(error: BaseException) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 import shardwise._compat as _compat
-from shardwise.io.retry import client_errors
+from shardwise.io.retry import client_errors, retrying
 from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
 
 __all__ = ["GcsfsConditional"]
@@ -94,9 +94,9 @@ class GcsfsConditional(Conditional):
         if (wanted := _http_range(byte_range)) is not None:
             headers["Range"] = wanted
         try:
-            with client_errors(self._path(key)):
-                answer, data = await self.fs._call(
-                    "GET", self._object_url(key), headers=headers, **params
+            with client_errors(self._path(key)):  # (a body cut short: the request again)
+                answer, data = await retrying(
+                    lambda: self.fs._call("GET", self._object_url(key), headers=headers, **params)
                 )
         except FileNotFoundError:
             if expected is not None:

@@ -46,7 +46,7 @@ import numpy.typing as npt
 import shardwise._compat as _compat
 import shardwise.config as config
 from shardwise.codecs import codec_name
-from shardwise.errors import ShardwiseError, TooLargeError
+from shardwise.errors import ArrayChoiceError, TooLargeError
 from shardwise.format.grid import INT64_MAX
 from shardwise.format.index import IndexFormat
 from shardwise.format.metadata import metadata_key
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INVENTORY_SPARSITY",
-    "ArrayChoiceError",
     "inventories",
     "inventory",
     "totals_of",
@@ -84,11 +83,6 @@ INVENTORY_SPARSITY = 64
 """Past ``shardwise.inventory-cells``, the grid of an :func:`inventory` may have at most this
 many inner chunks per inner chunk of the shards stored: its memory then stays in
 proportion to what is stored (whose indexes are read anyway, 16 bytes a cell)."""
-
-
-class ArrayChoiceError(ShardwiseError, ValueError):
-    """``inventory`` was not told which array, and the group holds several, or was told
-    one the group does not hold."""
 
 
 # -- the chunk grid -----------------------------------------------------------------------

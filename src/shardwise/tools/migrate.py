@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import dask
+
 from shardwise.errors import NotAZarrStoreError, StoreExistsError, WriteError
 from shardwise.format.names import node_path
 from shardwise.graph.copy import copy_graph
@@ -47,7 +49,8 @@ MIGRATE_ADVICE = (
 
 @dataclass
 class MigrationReport:
-    """What :func:`migrate` did (or, with ``compute=False``, will do)."""
+    """What :func:`migrate` did: the arrays and groups it wrote, the arrays whose chunks
+    it re-encoded, and the shards it moved."""
 
     arrays: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
@@ -71,7 +74,7 @@ def migrate(
     *,
     group: str | None = None,
     storage_options: dict[str, Any] | None = None,
-    dst_storage_options: dict[str, Any] | None = None,
+    target_options: dict[str, Any] | None = None,
     mode: str = "w-",
     compute: bool = True,
     progress: bool = False,
@@ -83,8 +86,10 @@ def migrate(
     ``mode="w-"`` refuses an existing ``dst``, unless it holds a migration of the same
     source that is to be completed (``mode="a"``); ``mode="w"`` replaces it. Runs on
     the current dask scheduler and returns a :class:`MigrationReport`; with
-    ``compute=False`` the metadata is written and ``(report, delayed)`` returned, the
-    ``dask.delayed`` copying the shards. ``progress=True``: a bar of the copy's tasks
+    ``compute=False`` the metadata is written and a ``dask.delayed`` returned (as
+    :func:`~shardwise.to_zarr` returns one): computing it copies the shards and gives
+    the report. ``storage_options``: the source's; ``target_options``: the
+    destination's (as :func:`~shardwise.reshard`'s). ``progress=True``: a bar of the copy's tasks
     while it computes (tqdm's auto mode; the cluster's progress under a default
     ``distributed.Client``)."""
 
@@ -100,10 +105,10 @@ def migrate(
         )
     if mode not in ("w-", "w", "a"):
         raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
-    check_apart(location(src, None, storage_options), location(dst, None, dst_storage_options))
+    check_apart(location(src, None, storage_options), location(dst, None, target_options))
     if mode == "w":
-        check_replaceable(dst, None, dst_storage_options)
-    exists = has_zarr_json(dst, dst_storage_options)
+        check_replaceable(dst, None, target_options)
+    exists = has_zarr_json(dst, target_options)
     if exists and mode == "w-":
         raise StoreExistsError(
             "the destination holds Zarr data already",
@@ -139,7 +144,7 @@ def migrate(
         variables=None,
         mode="w" if mode == "w" else "w-",
         resume=mode == "a",
-        target_options=dst_storage_options,
+        target_options=target_options,
         consolidated=False,
         same_grid=True,
         exists=exists,
@@ -156,8 +161,13 @@ def migrate(
     ]
     delayed = copy_graph(plans, "shardwise-migrate", "shardwise-migrated", combine=done)
     if not compute:
-        return report, delayed
+        return dask.delayed(_reported, pure=True)(report, delayed)
     compute_with_progress(delayed, progress=progress, desc="migrate")
+    return report
+
+
+def _reported(report: MigrationReport, _done: Any) -> MigrationReport:
+    """The report, once the copy it describes (``_done``) has run."""
     return report
 
 

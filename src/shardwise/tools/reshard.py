@@ -26,7 +26,7 @@ names and fill values keep the meaning xarray gives them (a Zarr v2 ``fill_value
 becomes the ``_FillValue`` attribute, ``_ARRAY_DIMENSIONS`` the ``dimension_names``), so
 the result opens like the source with ``engine="zarr"``.
 
-``resume=True`` completes a destination left by an interrupted run: target shards that
+``mode="a"`` completes a destination left by an interrupted run: target shards that
 are present and whose index reads back are skipped (shards are single puts, so a present
 shard is whole).
 
@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import numpy as np
 
 import shardwise._compat as _compat
@@ -74,8 +75,8 @@ COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to 
 
 @dataclass
 class ReshardReport:
-    """What :func:`reshard` did (with ``compute=False``: the plan; the counts are filled
-    in by :meth:`add` from the delayed's result)."""
+    """What :func:`reshard` did: the arrays and groups it wrote, how each array's chunks
+    were moved, and the shards and bytes it read and wrote."""
 
     arrays: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
@@ -328,7 +329,6 @@ def reshard(
     group: str | None = None,
     variables: Sequence[str] | None = None,
     mode: str = "w-",
-    resume: bool = False,
     storage_options: dict[str, Any] | None = None,
     target_options: dict[str, Any] | None = None,
     consolidated: bool = True,
@@ -344,8 +344,10 @@ def reshard(
     unchanged (an unsharded source gets ``"auto"`` shards of its own chunks). ``codecs``:
     None keeps the source's (zlib becomes gzip), else a codec or list of codecs for the
     inner chunks. ``variables``: array paths (relative to ``group``) to take; all when
-    None. ``mode="w-"`` refuses an existing ``dst``, ``"w"`` replaces it;
-    ``resume=True`` completes the job a run with the same arguments left unfinished.
+    None. ``mode="w-"`` refuses an existing ``dst``, ``"w"`` replaces it, ``"a"``
+    completes the job a run with the same arguments left unfinished (as
+    :func:`~shardwise.migrate`'s). ``storage_options``: the source's; ``target_options``:
+    the destination's.
     ``consolidated``: write consolidated metadata, as ``ds.to_zarr`` does, so that
     ``xr.open_zarr(dst)`` reads one document.
 
@@ -353,17 +355,12 @@ def reshard(
     the cluster's progress under a default ``distributed.Client``).
 
     Returns a :class:`ReshardReport`; with ``compute=False`` the metadata is written and
-    ``(report, delayed)`` is returned: computing the delayed (on any dask scheduler)
-    writes the shards and gives the counts for ``report.add``."""
+    a ``dask.delayed`` is returned (as :func:`~shardwise.to_zarr` returns one): computing
+    it, on any dask scheduler, writes the shards and gives the report."""
 
-    if mode not in ("w-", "w"):
-        raise WriteError("unknown mode", expected="'w-' or 'w'", found=repr(mode))
-    if resume and mode == "w":
-        raise WriteError(
-            "resume=True continues a destination that mode='w' would erase",
-            expected="resume=True with mode='w-' (the default)",
-            found="mode='w'",
-        )
+    if mode not in ("w-", "w", "a"):
+        raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
+    resume = mode == "a"
     check_apart(location(src, None, storage_options), location(dst, None, target_options))
     if mode == "w":
         check_replaceable(dst, None, target_options)
@@ -374,7 +371,7 @@ def reshard(
         chunks=chunks,
         codecs=codecs,
         variables=variables,
-        mode=mode,
+        mode="w-" if resume else mode,
         resume=resume,
         target_options=target_options,
         consolidated=consolidated,
@@ -382,7 +379,7 @@ def reshard(
     delayed = copy_graph(plans, "shardwise-reshard", "shardwise-resharded")
     report.shards = sum(len(t) for _, t in plans)
     if not compute:
-        return report, delayed
+        return dask.delayed(report.add, pure=True)(delayed)
     (stats,) = compute_with_progress(delayed, progress=progress, desc="reshard")
     return report.add(stats)
 
@@ -418,7 +415,7 @@ def _resumes(exists: bool, mode: str, resume: bool) -> bool:
             expected="no zarr.json at the destination",
             found="a zarr.json",
             key="zarr.json",
-            advice="Pass resume=True (shardwise reshard --resume) to complete an interrupted "
+            advice="Pass mode='a' (shardwise reshard --resume) to complete an interrupted "
             "reshard, or mode='w' (--overwrite) to replace it.",
         )
     return resume and exists  # (nothing to resume: a fresh run)

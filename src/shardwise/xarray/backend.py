@@ -435,8 +435,12 @@ class ShardwiseBackendEntrypoint(BackendEntrypoint):
     ranges), and shard indexes are cached per process.
     """
 
-    description = "Zarr v3 with sharding: one dask chunk per shard, coalesced reads"
-    url = ""
+    description = (
+        "Open sharded Zarr v3 (and Zarr v2) stores with one dask chunk per shard and "
+        "each shard's index read once"
+    )
+    # the package's page (the project has no other public address yet)
+    url = "https://pypi.org/project/shardwise/"
     supports_groups = True
     open_dataset_parameters = (
         "filename_or_obj",

@@ -59,7 +59,7 @@ def open_dataset(
       (the whole dimension) or ``None`` (shards); dimensions left out get shards.
 
     Sizes that cut inner chunks are moved to inner-chunk boundaries with a
-    :class:`~shardwise.graph.fanout.ChunkRoundingWarning`. Variables shardwise does not read
+    :class:`~shardwise.errors.ChunkRoundingWarning`. Variables shardwise does not read
     itself (Zarr v2 arrays, strings) are chunked by ``dask.array.from_array`` along their
     Zarr chunks. ``read_options`` takes a :class:`~shardwise.ReadOptions` (or a dict).
     """
