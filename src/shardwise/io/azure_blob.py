@@ -28,9 +28,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import shardwise._compat as _compat
 from shardwise.io.retry import client_errors, retrying
-from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
+from shardwise.io.versioned import (
+    ABSENT,
+    FsspecConditional,
+    Got,
+    Stale,
+    Version,
+    total_size,
+)
 
 __all__ = ["AdlfsConditional", "Ends", "etag_version"]
 
@@ -128,40 +134,18 @@ class Ends:
         raise ConnectionError(f"{key}: replaced at every read of its end (8 tries)")
 
 
-def content_size(content_range: str | None, length: int | None) -> int | None:
-    """The whole object's size from a response's ``Content-Range`` (``bytes a-b/total``),
-    else (not ranged) its length."""
-    if content_range:
-        total = str(content_range).rpartition("/")[2]
-        return int(total) if total.isdigit() else None
-    return length
-
-
 # -- adlfs ---------------------------------------------------------------------------------
-class AdlfsConditional(Conditional):
+class AdlfsConditional(FsspecConditional):
     kind = "Azure Blob Storage (adlfs)"
     suffix_ranges = False
 
     def __init__(self, store: Any) -> None:
-        self.store = store
-        self.fs = store.fs
+        super().__init__(store)
         self.ends = Ends(self._list, self._properties)
-
-    def _where(self, key: str) -> tuple[str, str]:
-        path = f"{self.store.path.rstrip('/')}/{key}" if self.store.path else key
-        container, _, blob = path.partition("/")
-        return container, blob
 
     def _blob(self, key: str) -> Any:
         container, blob = self._where(key)
         return self.fs.service_client.get_blob_client(container, blob)
-
-    def get(self, key: str) -> tuple[bytes | None, Version]:
-        return _compat.sync(self._get(key))
-
-    async def _get(self, key: str) -> tuple[bytes | None, Version]:
-        got = await self.read(key)
-        return (None if got.data is None else bytes(got.data)), got.version or ABSENT
 
     async def _download(
         self, key: str, start: int | None, stop: int | None, expected: Version | None
@@ -191,7 +175,7 @@ class AdlfsConditional(Conditional):
                 raise Stale(key) from None
         props = downloader.properties
         version = etag_version(props.etag)
-        size = content_size(getattr(props, "content_range", None), None)
+        size = total_size(getattr(props, "content_range", None), None)
         if size is None and start is None:
             size = len(data)
         self.ends.learn(key, size, version)
@@ -238,9 +222,6 @@ class AdlfsConditional(Conditional):
             return await self._download(key, None, None, expected)
         raise TypeError(f"unknown byte range {byte_range!r}")
 
-    def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        return _compat.sync(self._put(key, data, expected))
-
     async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
         from azure.core import MatchConditions
         from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
@@ -274,10 +255,6 @@ class AdlfsConditional(Conditional):
         self.ends.learn(key, len(body), etag_version(answer.get("etag")))
         return True
 
-    def _path(self, key: str) -> str:
-        container, blob = self._where(key)
-        return f"{container}/{blob}"
-
     async def _holds(self, key: str, body: bytes) -> bool:
         """Whether the object is now ``body``: its Content-MD5 (which the service gives
         a blob put in one request) against the body's, else its bytes."""
@@ -293,9 +270,6 @@ class AdlfsConditional(Conditional):
             return bytes(md5) == hashlib.md5(body, usedforsecurity=False).digest()
         got = await self.read(key)
         return got.data is not None and bytes(got.data) == body
-
-    def delete(self, key: str) -> None:
-        _compat.sync(self._delete(key))
 
     async def _delete(self, key: str) -> None:
         from azure.core.exceptions import ResourceNotFoundError

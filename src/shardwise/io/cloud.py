@@ -16,7 +16,15 @@ from shardwise.io.azure_blob import Ends, Known
 from shardwise.io.retry import count as count_retry
 from shardwise.io.retry import policy as retry_policy
 from shardwise.io.retry import retrying, transient
-from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
+from shardwise.io.versioned import (
+    ABSENT,
+    Conditional,
+    FsspecConditional,
+    Got,
+    Stale,
+    Version,
+    total_size,
+)
 
 __all__ = ["ObstoreConditional", "S3fsConditional"]
 
@@ -69,35 +77,12 @@ def _http_range(byte_range: Any) -> str:
 def _object_size(response: dict[str, Any]) -> int | None:
     """The whole object's size from a ``GetObject`` response: the total of its
     ``Content-Range`` (``bytes a-b/total``), else (not ranged) its length."""
-    content_range = response.get("ContentRange")
-    if content_range:
-        total = str(content_range).rpartition("/")[2]
-        return int(total) if total.isdigit() else None
     length = response.get("ContentLength")
-    return int(length) if isinstance(length, int) else None
+    return total_size(response.get("ContentRange"), length if isinstance(length, int) else None)
 
 
-class S3fsConditional(Conditional):
+class S3fsConditional(FsspecConditional):
     kind = "S3 (s3fs)"
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.fs = store.fs
-
-    def _where(self, key: str) -> tuple[str, str]:
-        path = f"{self.store.path.rstrip('/')}/{key}" if self.store.path else key
-        bucket, _, obj = path.partition("/")
-        return bucket, obj
-
-    def get(self, key: str) -> tuple[bytes | None, Version]:
-        return _compat.sync(self._get(key))
-
-    async def _get(self, key: str) -> tuple[bytes | None, Version]:
-        got = await self.read(key)
-        return (None if got.data is None else bytes(got.data)), got.version or ABSENT
-
-    def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        return _compat.sync(self._put(key, data, expected))
 
     async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
         bucket, obj = self._where(key)
@@ -163,9 +148,6 @@ class S3fsConditional(Conditional):
                     f"{path}: {type(e).__name__}: {e} (after the retries the policy allows)"
                 ) from e
             raise
-
-    def delete(self, key: str) -> None:
-        _compat.sync(self._delete(key))
 
     async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
         from botocore.exceptions import ClientError

@@ -26,9 +26,15 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-import shardwise._compat as _compat
 from shardwise.io.retry import client_errors, retrying
-from shardwise.io.versioned import ABSENT, Conditional, Got, Stale, Version
+from shardwise.io.versioned import (
+    ABSENT,
+    FsspecConditional,
+    Got,
+    Stale,
+    Version,
+    total_size,
+)
 
 __all__ = ["GcsfsConditional"]
 
@@ -51,40 +57,12 @@ def _http_range(byte_range: Any) -> str | None:
     raise TypeError(f"unknown byte range {byte_range!r}")
 
 
-def _size(headers: Any, length: int, ranged: bool) -> int | None:
-    content_range = headers.get("Content-Range")
-    if content_range:
-        total = str(content_range).rpartition("/")[2]
-        return int(total) if total.isdigit() else None
-    return None if ranged else length
-
-
-class GcsfsConditional(Conditional):
+class GcsfsConditional(FsspecConditional):
     kind = "Google Cloud Storage (gcsfs)"
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.fs = store.fs
-
-    def _where(self, key: str) -> tuple[str, str]:
-        path = f"{self.store.path.rstrip('/')}/{key}" if self.store.path else key
-        bucket, _, obj = path.partition("/")
-        return bucket, obj
 
     def _object_url(self, key: str) -> str:
         bucket, obj = self._where(key)
         return f"{self.fs._location}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(obj, safe='')}"
-
-    def _path(self, key: str) -> str:
-        bucket, obj = self._where(key)
-        return f"{bucket}/{obj}"
-
-    def get(self, key: str) -> tuple[bytes | None, Version]:
-        return _compat.sync(self._get(key))
-
-    async def _get(self, key: str) -> tuple[bytes | None, Version]:
-        got = await self.read(key)
-        return (None if got.data is None else bytes(got.data)), got.version or ABSENT
 
     async def read(self, key: str, byte_range: Any = None, expected: Version | None = None) -> Got:
         params: dict[str, Any] = {"alt": "media"}
@@ -106,10 +84,8 @@ class GcsfsConditional(Conditional):
         version = None if generation is None else Version(("generation", int(generation)))
         if expected is not None and version != expected:  # (one response: one version)
             raise Stale(key)
-        return Got(memoryview(data), version, _size(answer, len(data), bool(headers)))
-
-    def put(self, key: str, data: Any, expected: Version | None) -> bool:
-        return _compat.sync(self._put(key, data, expected))
+        size = total_size(answer.get("Content-Range"), None if headers else len(data))
+        return Got(memoryview(data), version, size)
 
     async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
         bucket, obj = self._where(key)
@@ -162,9 +138,6 @@ class GcsfsConditional(Conditional):
             return bool(md5 == mine)
         got = await self.read(key)
         return got.data is not None and bytes(got.data) == body
-
-    def delete(self, key: str) -> None:
-        _compat.sync(self._delete(key))
 
     async def _delete(self, key: str) -> None:
         bucket, obj = self._where(key)

@@ -9,7 +9,20 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["ABSENT", "Conditional", "Got", "Stale", "Version", "distinct", "span"]
+import shardwise._compat as _compat
+
+__all__ = [
+    "ABSENT",
+    "AsyncConditional",
+    "Conditional",
+    "FsspecConditional",
+    "Got",
+    "Stale",
+    "Version",
+    "distinct",
+    "span",
+    "total_size",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,59 @@ class Conditional:
         rides on the same request: ``If-Match`` on S3, the open file's identity on a
         local file system)."""
         raise NotImplementedError
+
+
+class AsyncConditional(Conditional):
+    """A :class:`Conditional` of an asynchronous client (s3fs, gcsfs, adlfs), whose
+    requests run on zarr-python's event loop: :meth:`get`, :meth:`put` and
+    :meth:`delete` run the coroutines :meth:`read`, :meth:`_put` and :meth:`_delete`
+    there."""
+
+    def get(self, key: str) -> tuple[bytes | None, Version]:
+        got = _compat.sync(self.read(key))
+        return (None if got.data is None else bytes(got.data)), got.version or ABSENT
+
+    def put(self, key: str, data: Any, expected: Version | None) -> bool:
+        return bool(_compat.sync(self._put(key, data, expected)))
+
+    def delete(self, key: str) -> None:
+        _compat.sync(self._delete(key))
+
+    async def _put(self, key: str, data: Any, expected: Version | None) -> bool:
+        raise NotImplementedError
+
+    async def _delete(self, key: str) -> None:
+        raise NotImplementedError
+
+
+class FsspecConditional(AsyncConditional):
+    """An :class:`AsyncConditional` of the fsspec file system (``store.fs``) below
+    zarr-python's ``FsspecStore``: an object is named by the store's path and the key,
+    the first part of it the bucket (or container)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.fs = store.fs
+
+    def _where(self, key: str) -> tuple[str, str]:
+        """(bucket, object name) of ``key``."""
+        path = f"{self.store.path.rstrip('/')}/{key}" if self.store.path else key
+        bucket, _, name = path.partition("/")
+        return bucket, name
+
+    def _path(self, key: str) -> str:
+        """``bucket/object`` of ``key``, as the file system names it."""
+        bucket, name = self._where(key)
+        return f"{bucket}/{name}"
+
+
+def total_size(content_range: Any, length: int | None) -> int | None:
+    """The whole object's size from a response's ``Content-Range`` (``bytes a-b/total``),
+    else ``length`` (that of a response that was not ranged, or None)."""
+    if content_range:
+        total = str(content_range).rpartition("/")[2]
+        return int(total) if total.isdigit() else None
+    return length
 
 
 def distinct(document: bytes) -> bytes:
