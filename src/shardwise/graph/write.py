@@ -468,7 +468,7 @@ def store_dask_array(
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
-    # an array this write created has no other writer (and is written as before)
+    # an array this write created has no other writer (its shards are put plainly)
     guarded = guarded and not fresh
     source, per_task, cut, groups, chunks = _tasks_of(
         source, info, offset, shards_per_task, encode_split

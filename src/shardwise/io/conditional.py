@@ -15,7 +15,7 @@ doing it, per kind:
   exclusive ``flock`` on the object's directory only for the comparison and the rename,
   replaces the object if its version is unchanged. Two processes cannot both win:
   every put shardwise makes takes the lock (plain puts too, in a write that guards
-  against other jobs), and the rename is atomic, as before. The lock is the kernel's:
+  against other jobs), and the rename is atomic. The lock is the kernel's:
   a process that dies holding it releases it.
 - **In memory** (zarr-python's ``MemoryStore``): the object itself is its version,
   compared by identity under a process-wide lock.

@@ -318,7 +318,7 @@ class ShardFetcher:
         # With the index at the end, read by a suffix request from a store that did not
         # say the object's size, an entry pointing into the index would pass every
         # check: the group reaching furthest is read on by the index's length, so a
-        # short read tells where the data end (one request as before; ``index.nbytes``
+        # short read tells where the data end (still one request; ``index.nbytes``
         # more bytes). Where the size is known, the entries were checked against it.
         tail = decoder.index.nbytes if decoder.index.location == "end" and entry.size is None else 0
         last = max(  # (zero-length groups make no request)

@@ -151,10 +151,43 @@ def verify(
     decode: bool = False,
     progress: bool = False,
 ) -> VerifyReport:
-    """Check every shard's index and checksums under ``group`` (and its subgroups) of
-    ``store`` (a path, URL or zarr ``Store``); see the module docstring. Never raises for
-    bad data: everything found is in the returned :class:`VerifyReport`, a ``zarr.json``
-    that cannot be read included (its arrays' shards are then not checked)."""
+    """Check every shard of the arrays under a group: its index and its checksums, and
+    with ``decode=True`` its inner chunks.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store: a path, a URL (``s3://``, ``gs://``, ``az://``... with
+        ``storage_options``) or a zarr-python ``Store``. Zarr v3 stores and stores of
+        the 2022 sharding draft are checked.
+    group : str, optional
+        The group whose arrays, and its subgroups' arrays, are checked; the store's root
+        when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    decode : bool, default False
+        Also decode every stored inner chunk: finds damage no checksum covers (a store
+        without one, a chunk whose bytes still match a damaged index).
+    progress : bool, default False
+        Show a progress bar of the shards checked.
+
+    Returns
+    -------
+    VerifyReport
+        Everything found. Bad data never raises: a ``zarr.json`` that cannot be read is
+        reported too (the shards of its arrays are then not checked).
+
+    Raises
+    ------
+    shardwise.errors.NotAZarrStoreError
+        No Zarr v3 group or array is at ``store`` and ``group``.
+
+    Examples
+    --------
+    >>> report = shardwise.verify("data.zarr")
+    >>> report.ok, report.problems
+    (True, [])
+    """
 
     try:
         where = store_path(store, storage_options)
