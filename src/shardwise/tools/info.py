@@ -239,14 +239,30 @@ def info(
     storage_options: dict[str, Any] | None = None,
     scan: bool = True,
 ) -> Info:
-    """The hierarchy under ``group`` of ``store`` (a path, URL or zarr ``Store``): its
-    kind, groups and arrays, each with its shape, data type, shards, inner chunks and
-    codecs and (``scan``, the default) its :func:`inventory` totals: shards and inner
-    chunks stored, stored bytes and compression ratio. ``scan=False`` reads the
-    metadata only. An array whose inventory fails (a damaged index) is listed with its
-    error. The totals are summed over the stored shards alone: what a scan costs
-    follows the shards stored (a listing and an index read each), whatever the size of
-    the grid."""
+    """What a store holds: its kind, groups and arrays, each with its shape, data type,
+    shards, inner chunks and codecs, and what is stored of it.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store: a path, a URL (with ``storage_options``) or a zarr-python ``Store``;
+        Zarr v3, Zarr v2 or a store of the 2022 sharding draft.
+    group : str, optional
+        The group to describe, with everything under it; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    scan : bool, default True
+        Also sum each array's :func:`~shardwise.inventory`: the shards and inner chunks
+        stored, the stored bytes and the compression ratio. A scan costs a listing and
+        one index read per stored shard, whatever the size of the grid; ``False`` reads
+        the metadata only.
+
+    Returns
+    -------
+    Info
+        The description; printed, or shown in a notebook, as a table. An array whose
+        inventory fails (a damaged index) is listed with its error.
+    """
 
     src = open_source(store, group, storage_options)
     arrays = []
