@@ -1,17 +1,37 @@
 """MkDocs hook: the build fails when a public name (of ``shardwise`` and of the
 documented submodules ``shardwise.errors``, ``shardwise.cache`` and ``shardwise.array``)
 has no docstring or no entry in the API reference at the path users write
-(``::: shardwise.to_zarr``; an error at the top level too is documented there)."""
+(``::: shardwise.to_zarr``; an error at the top level too is documented there), or
+whose docstring lacks the numpydoc sections of what it takes."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
 
 PUBLIC_MODULES = ("shardwise", "shardwise.errors", "shardwise.cache", "shardwise.array")
+
+
+def _numpydoc_missing(obj: Any) -> str | None:
+    """The numpydoc section a public name's docstring lacks: a function that takes
+    parameters needs ``Parameters``; a class, ``Parameters`` or ``Attributes`` (errors
+    and warnings, which users catch rather than make, need neither)."""
+    doc = inspect.getdoc(obj) or ""
+
+    def has(section: str) -> bool:
+        return f"{section}\n{'-' * len(section)}" in doc
+
+    if isinstance(obj, type):
+        if issubclass(obj, BaseException | Warning):
+            return None
+        return None if has("Parameters") or has("Attributes") else "Parameters or Attributes"
+    if callable(obj) and inspect.signature(obj).parameters:
+        return None if has("Parameters") else "Parameters"
+    return None
 
 
 def on_pre_build(config: Any) -> None:
@@ -30,5 +50,8 @@ def on_pre_build(config: Any) -> None:
                 problems.append(f"{where}.{name} has no docstring")
             if f"::: {where}.{name}\n" not in api:
                 problems.append(f"{where}.{name} is not in docs/api.md (add '::: {where}.{name}')")
+            missing = _numpydoc_missing(obj)
+            if missing:
+                problems.append(f"{where}.{name}'s docstring has no {missing} section (numpydoc)")
     if problems:
         raise PluginError("undocumented public names: " + "; ".join(problems))

@@ -1,9 +1,9 @@
 """Errors and warnings of shardwise.
 
-The base of every error is :class:`ShardwiseError`; the errors users catch most are
+The base of every error is ``ShardwiseError``; the errors users catch most are
 also at the top level (``shardwise.StoreIOError`` ...), the rest are here.
 
-Every error subclasses both :class:`ShardwiseError` and the built-in exception that
+Every error subclasses both ``ShardwiseError`` and the built-in exception that
 existing ``except`` clauses already catch (``FileNotFoundError``, ``ValueError``, ...),
 the way zarr-python's ``errors.py`` does. Messages say what was expected, what was
 found, which array and store key, and what to do.
@@ -245,7 +245,7 @@ class StoreIOError(ShardwiseError, OSError):
 def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterator[None]:
     """Inside the block, an ``OSError`` that is not shardwise's, or an error of an
     object-store client library (aiohttp's, botocore's, obstore's, ...: see
-    :func:`is_client_error`), becomes a :class:`StoreIOError` saying ``what`` failed,
+    ``is_client_error``), becomes a ``StoreIOError`` saying ``what`` failed,
     on which array and store key, and ``advice``."""
     try:
         yield
@@ -264,7 +264,7 @@ def naming_io_errors(what: str, *, array: str, key: str, advice: str) -> Iterato
 
 
 def naming_metadata_errors(what: str, key: str, advice: str) -> AbstractContextManager[None]:
-    """:func:`naming_io_errors` for a request of a metadata document (``key``, an
+    """``naming_io_errors`` for a request of a metadata document (``key``, an
     array's or a group's ``zarr.json``): the array named is the document's folder."""
     return naming_io_errors(what, array=key.rpartition("/")[0] or "/", key=key, advice=advice)
 
@@ -278,7 +278,7 @@ def incomplete_append(
     also: str = "",
     recorded: bool = False,
 ) -> IncompleteAppendError:
-    """The :class:`IncompleteAppendError` for an append whose data step raised ``error``
+    """The ``IncompleteAppendError`` for an append whose data step raised ``error``
     after its metadata claimed ``rows`` (array -> (dimension, start, stop)); ``region``:
     the ``region=`` argument that writes them (as Python source); ``also``: what else
     the completion needs (a sentence); ``recorded``: the claim is recorded in the
@@ -332,7 +332,7 @@ CLIENT_PACKAGES = frozenset(
 
 def is_store_failure(error: BaseException) -> bool:
     """Whether ``error`` says a store request failed (rather than answering it): an
-    object-store client library's own error (:func:`is_client_error`), a plain
+    object-store client library's own error (``is_client_error``), a plain
     ``OSError`` (s3fs's for an HTTP error that outlasted its retries, a full disk), a
     reset connection or a timeout. Not the ``OSError`` subclasses that answer
     (``FileNotFoundError``, ``FileExistsError``, ``PermissionError``...), nor
@@ -346,5 +346,5 @@ def is_store_failure(error: BaseException) -> bool:
 def is_client_error(error: BaseException) -> bool:
     """Whether ``error`` was raised by an object-store client library rather than by
     shardwise, zarr-python or numpy: its class (or a base class) comes from one of
-    :data:`CLIENT_PACKAGES` (``http`` is the standard library's ``http.client``)."""
+    ``CLIENT_PACKAGES`` (``http`` is the standard library's ``http.client``)."""
     return any(cls.__module__.partition(".")[0] in CLIENT_PACKAGES for cls in type(error).__mro__)

@@ -1,12 +1,12 @@
 """dask arrays without xarray: the shardwise counterparts of ``dask.array.to_zarr`` and
-``dask.array.from_zarr`` (the latter in :mod:`shardwise.array.read`, re-exported here).
+``dask.array.from_zarr`` (the latter in ``shardwise.array.read``, re-exported here).
 
-:func:`to_zarr` creates (or opens) one Zarr array with zarr-python, so its metadata
+``to_zarr`` creates (or opens) one Zarr array with zarr-python, so its metadata
 (codecs, fill value, attributes, dimension names) is zarr-python's own, and writes the
-data with :func:`~shardwise.array.store.store_arrays`, the primitive the xarray path
+data with ``shardwise.array.store.store_arrays``, the primitive the xarray path
 ends in too: one task per shard, any dask chunking, partial shards merged by their one
-owner. :func:`from_zarr` reads an array with the fan-out graph of
-:mod:`shardwise.graph.fanout`.
+owner. ``from_zarr`` reads an array with the fan-out graph of
+``shardwise.graph.fanout``.
 """
 
 from __future__ import annotations
@@ -76,37 +76,100 @@ def to_zarr(
     return_stored: bool = False,
     **zarr_array_kwargs: Any,
 ) -> Any:
-    """Write the dask array ``x`` as one Zarr array at ``path`` of ``store`` (default:
-    the store's root; ``store`` default: a new ``zarr.storage.MemoryStore``), created
-    with zarr-python, with exactly one dask task writing each shard: the counterpart of
-    ``dask.array.to_zarr``. ``shardwise.to_zarr(x, ...)`` is the same call.
+    """Write a dask array as one Zarr array, created with zarr-python, with exactly one
+    dask task writing each shard: the counterpart of ``dask.array.to_zarr``.
+    ``shardwise.to_zarr(x, ...)`` is the same call.
 
-    - ``shards``: ``"dask"`` (the default: every dask chunk becomes a shard; irregular
-      chunks give a rectilinear grid), ``"auto"``, a tuple of sizes per axis (``-1``:
-      the whole axis) or a dict by axis number; ``chunks`` (inner chunks) likewise, or
-      ``"auto"`` (the default).
-    - ``compressors``, ``filters``, ``serializer``, ``fill_value``, ``attributes`` and
-      ``dimension_names``: zarr-python's ``create_array`` arguments, for a new array
-      only; any other keyword goes there too (``chunk_key_encoding``, ``config``,
-      ``order``...; ``dtype`` casts the data, ``shape`` must be its shape).
-    - ``mode``: ``"w-"`` (default: refuse an existing array), ``"w"`` (replace it),
-      ``"a"`` (with ``append_dim=``, an axis number, append along it), ``"r+"`` (with
-      ``region=``, a tuple of slices or a dict of them by axis number, write into part
-      of it). ``zarr_format=2`` writes an unsharded Zarr v2 array; without it, a new
-      store gets zarr-python's ``default_zarr_format`` setting.
-    - ``write_order``, ``shards_per_task``, ``encode_split``, ``write_empty_chunks``,
-      ``independent_writers``, ``progress``: as for :func:`shardwise.to_zarr`
-      (:class:`~shardwise.array.options.WriteOptions`); ``commit``: with an Icechunk
-      session as the store, commit with this message and return the snapshot id.
-    - ``dask.array.to_zarr``'s parameters, with dask's meaning: ``component`` (or
-      ``name``) is ``path``; ``overwrite=True`` is ``mode="w"``, ``False``
-      ``mode="w-"``; ``store`` may be a ``zarr.Array`` to write into (``mode="r+"``,
-      ``region=`` allowed); ``return_stored=True`` returns the part written as a dask
-      array read back lazily (with ``compute=False``, computing it writes first).
+    Parameters
+    ----------
+    x : dask.array.Array
+        The array to write. Chunks of size 0 own no shard.
+    store : str, os.PathLike, zarr.abc.store.Store, zarr.Array or icechunk.Session, optional
+        Where to write: a path, a URL (with ``storage_options``), a zarr-python
+        ``Store``, a writable Icechunk session, or a ``zarr.Array`` to write into (as
+        dask takes one: ``mode="r+"``, ``region=`` allowed). None: a new
+        ``zarr.storage.MemoryStore``.
+    path : str, optional
+        The array's path in the store; its root when None. ``component`` (or
+        ``name``) is dask's name for it.
+    mode : {"w-", "w", "a", "r+"}, optional
+        ``"w-"`` (the default: refuse an existing array), ``"w"`` (replace it), ``"a"``
+        (with ``append_dim``, append along it), ``"r+"`` (with ``region``, write into
+        part of it).
+    region : tuple of slice or dict of int to slice, optional
+        The part of the existing array to write, by axis.
+    append_dim : int, optional
+        The axis to append along.
+    compute : bool, default True
+        Write now; with False, write the metadata and return a ``dask.delayed`` that
+        writes the data.
+    zarr_format : {2, 3}, optional
+        2 writes an unsharded Zarr v2 array; without it, a new store gets
+        zarr-python's ``default_zarr_format`` setting.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    shards : "dask", "auto", tuple or dict, optional
+        ``"dask"`` (the default: every dask chunk becomes a shard; irregular chunks
+        give a rectilinear grid), ``"auto"``, a tuple of sizes per axis (``-1``: the
+        whole axis) or a dict by axis number.
+    chunks : "auto", tuple or dict, optional
+        The inner chunks, likewise; ``"auto"`` by default.
+    write_order : {"morton", "C"}, default "morton"
+        As ``shardwise.to_zarr`` takes it.
+    shards_per_task : int or "auto", optional
+        As ``shardwise.to_zarr`` takes it.
+    encode_split : int or "auto", optional
+        As ``shardwise.to_zarr`` takes it.
+    write_empty_chunks : bool, optional
+        Whether inner chunks that hold only the fill value are stored; zarr-python's
+        ``array.write_empty_chunks`` setting when None.
+    independent_writers : bool or "auto", optional
+        As ``shardwise.to_zarr`` takes it.
+    progress : bool, default False
+        Show a progress bar of the write's tasks.
+    compressors : codec or list of codecs, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    filters : list of codecs, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    serializer : codec, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    fill_value : scalar, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    attributes : dict, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    dimension_names : sequence of str, optional
+        zarr-python's ``create_array`` argument, for a new array only.
+    commit : str, optional
+        With an Icechunk session as the store: commit with this message and return
+        the snapshot id.
+    component : str, optional
+        dask's name for ``path``.
+    overwrite : bool, optional
+        dask's: True is ``mode="w"``, False ``mode="w-"``.
+    return_stored : bool, default False
+        Return the part written as a dask array read back lazily (with
+        ``compute=False``, computing it writes first).
+    **zarr_array_kwargs
+        Passed to zarr-python's ``create_array`` for a new array
+        (``chunk_key_encoding``, ``config``, ``order``...; ``dtype`` casts the data,
+        ``shape`` must be its shape).
 
-    Returns the ``zarr.Array``, or with ``compute=False`` a ``dask.delayed`` that writes
-    the data (the metadata is written already) and returns it. Chunks of size 0 own no
-    shard. Every option is checked before anything is written.
+    Returns
+    -------
+    zarr.Array, dask.array.Array, str or dask.delayed.Delayed
+        The ``zarr.Array``; with ``return_stored``, the dask array read back; with
+        ``commit``, the snapshot id; with ``compute=False``, a ``dask.delayed`` that
+        writes the data (the metadata is written already) and returns that.
+
+    Raises
+    ------
+    shardwise.WriteError, shardwise.ChunksError, shardwise.errors.ArgumentError
+        Before anything is written: every option is checked first.
+
+    Examples
+    --------
+    >>> x = dask.array.random.random((1000, 1000), chunks=(250, 250))
+    >>> z = shardwise.array.to_zarr(x, "out.zarr", "t", chunks=(50, 50))  # doctest: +SKIP
     """
     options = WriteOptions(
         write_order=write_order,
@@ -164,7 +227,7 @@ def write_array(
     return_stored: bool = False,
     zarr_array_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """:func:`to_zarr` with its write options parsed (``options``) and the new array's
+    """``to_zarr`` with its write options parsed (``options``) and the new array's
     ``creation`` arguments in one mapping (``shards``, ``chunks`` and zarr-python's
     ``create_array`` arguments, None where not given): where ``shardwise.to_zarr``
     sends a dask array."""
@@ -252,9 +315,9 @@ class _Target:
 
 @dataclass
 class _Write:
-    """One dask-array write, its arguments checked: :meth:`target` finds or creates the
+    """One dask-array write, its arguments checked: ``target`` finds or creates the
     array (an append that other jobs may make at the same time grows it by
-    compare-and-swap), :meth:`data` writes the data with :func:`store_arrays`."""
+    compare-and-swap), ``data`` writes the data with ``store_arrays``."""
 
     store: Any
     path: str
@@ -395,7 +458,7 @@ class _Write:
 
     def data(self, t: _Target, *, compute: bool, commit: str | None, return_stored: bool) -> Any:
         """The data of ``t`` written (with ``compute=False``, the delayed that writes
-        it): :func:`store_arrays`, ended by the record of an append's claim taken out."""
+        it): ``store_arrays``, ended by the record of an append's claim taken out."""
         finish: Callable[..., Any] = _done
         if (
             self.guard is not None
@@ -428,7 +491,7 @@ class _Write:
     @contextmanager
     def _append_reported(self, t: _Target, finish: Any) -> Iterator[None]:
         """A failure of an append's data step (its metadata has claimed the rows) as an
-        :class:`~shardwise.errors.IncompleteAppendError` naming them."""
+        ``shardwise.errors.IncompleteAppendError`` naming them."""
         try:
             yield
         except (ShardwiseError, OSError) as e:

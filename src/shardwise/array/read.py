@@ -1,9 +1,9 @@
 """``shardwise.from_zarr``: one Zarr array read as a ``dask.array.Array`` with the fan-out
-graph of :mod:`shardwise.graph.fanout`, and the ``chunks=`` words and per-axis sizes that
+graph of ``shardwise.graph.fanout``, and the ``chunks=`` words and per-axis sizes that
 group whole inner chunks into dask chunks.
 
-Apart from the write path (:mod:`shardwise.array.api`), which it shares nothing with but
-how axis numbers are read (:func:`shardwise.array.decisions.axis_of`).
+Apart from the write path (``shardwise.array.api``), which it shares nothing with but
+how axis numbers are read (``shardwise.array.decisions.axis_of``).
 """
 
 from __future__ import annotations
@@ -36,51 +36,69 @@ def from_zarr(
     **kwargs: Any,
 ) -> Any:
     """Read a Zarr array as a ``dask.array.Array`` with the fan-out graph: one index task
-    per shard that several dask chunks share, and below it one task per dask chunk reading
-    its inner chunks as coalesced byte ranges. Zarr v3 arrays (sharded or not), Zarr v2
-    arrays and stores of the 2022 sharding draft are read.
+    per shard that several dask chunks share, and below it one task per dask chunk
+    reading its inner chunks as coalesced byte ranges. Zarr v3 arrays (sharded or not),
+    Zarr v2 arrays and stores of the 2022 sharding draft are read.
 
-    The parameters are :func:`dask.array.from_zarr`'s, in its order and with its meaning
-    (``from_zarr(url, "group/array", {"anon": True})`` reads what dask reads), and
-    ``read_options``:
+    The parameters are ``dask.array.from_zarr``'s, in its order and with its
+    meaning (``from_zarr(url, "group/array", {"anon": True})`` reads what dask reads),
+    and ``read_options``.
 
-    - ``store``: a path, a URL (``s3://...``) or a zarr ``Store``; or a ``zarr.Array``
-      already open (``from_zarr(z)``, as in dask): its store and path are read, with the
-      metadata it holds. ``path``/``component``, ``storage_options`` and ``kwargs`` must
-      then be left out (a :class:`~shardwise.errors.ChunksError`, a ``ValueError``).
-    - ``path``: the array's path in ``store`` (``""``: the array at its root).
-      ``component=`` is dask's name for it; both given, and different, is a
-      :class:`~shardwise.errors.ChunksError`.
-    - ``storage_options``: for the file system of a URL (fsspec's, e.g.
-      ``{"anon": True}``); ignored, as dask ignores them, for a local path, a
-      ``file://`` URL or a ``Store``.
-    - ``chunks``: ``"shards"`` (the default, and what ``None`` means: one dask chunk per
-      shard), ``"inner"`` (one per inner chunk), ``"auto"`` (whole shards or inner chunks
-      toward dask's ``array.chunk-size``), or per axis (a tuple, or a dict by axis
-      number) any of those, an int size, a tuple of sizes, ``-1`` (the whole axis) or
-      ``None`` (shards).
-    - ``name``: the dask array's name, that of its read layer (the index layer and the
-      keys holding the reader are named after it). By default a name tokenized from the
-      array (its store, path and metadata), ``storage_options``, ``kwargs``, the chunks
-      and ``read_options``: the same array read twice the same way gets the same name,
-      two arrays different names.
-    - ``inline_array``: as in :func:`dask.array.from_array`. ``False`` (the default)
-      keeps the reader in one key, ``original-<name>``, that the read tasks refer to (and
-      in one more, ``reader-<name>``, for the index tasks); ``True`` puts it in every
-      task instead, so the graph has no such keys (each task sent to a worker then
-      carries its own copy of the reader).
-    - ``read_options``: a :class:`~shardwise.ReadOptions` or a dict of its fields (how
-      reads coalesce byte ranges, the index cache...).
-    - ``kwargs``: passed to ``zarr.open_array``, as dask passes them (``zarr_format=2``
-      or ``3`` to insist on a format, ``config=``...; zarr-python ignores the others
-      when it opens an array); a name that none of ``zarr.open_array``, ``zarr.create``
-      and ``zarr.open_group`` takes (a misspelling) is a ``TypeError``. ``mode`` is
-      accepted and ignored: a read always opens the array read-only.
+    Parameters
+    ----------
+    store : str, os.PathLike, zarr.abc.store.Store or zarr.Array
+        A path, a URL (``s3://...``) or a zarr-python ``Store``; or a ``zarr.Array``
+        already open (``from_zarr(z)``, as in dask): its store and path are read, with
+        the metadata it holds, and ``path``/``component``, ``storage_options`` and
+        ``kwargs`` must then be left out (a ``shardwise.ChunksError``).
+    path : str, default ""
+        The array's path in ``store`` (``""``: the array at its root).
+    storage_options : dict, optional
+        Options of the fsspec file system of a URL (``{"anon": True}``); ignored, as
+        dask ignores them, for a local path, a ``file://`` URL or a ``Store``.
+    chunks : str, dict, tuple or None, default "shards"
+        ``"shards"`` (and None: one dask chunk per shard), ``"inner"`` (one per inner
+        chunk), ``"auto"`` (whole shards or inner chunks toward dask's
+        ``array.chunk-size``), or per axis (a tuple, or a dict by axis number) any of
+        those, an int size, a tuple of sizes, ``-1`` (the whole axis) or None (shards).
+        Dask chunks always hold whole inner chunks: sizes that would cut them are moved
+        to inner-chunk boundaries, with a
+        ``shardwise.errors.ChunkRoundingWarning``.
+    name : str, optional
+        The dask array's name, that of its read layer (the index layer and the keys
+        holding the reader are named after it). By default a name tokenized from the
+        array (its store, path and metadata), ``storage_options``, ``kwargs``, the
+        chunks and ``read_options``: the same array read twice the same way gets the
+        same name, two arrays different names.
+    inline_array : bool, default False
+        As in ``dask.array.from_array``: False keeps the reader in one key,
+        ``original-<name>``, that the read tasks refer to (and in ``reader-<name>`` for
+        the index tasks); True puts it in every task instead (each task sent to a
+        worker then carries its own copy of the reader).
+    component : str, optional
+        dask's name for ``path``; both given, and different, is a
+        ``shardwise.ChunksError``.
+    read_options : ReadOptions or dict, optional
+        How reads coalesce byte ranges, use the index cache... (a
+        ``shardwise.ReadOptions`` or a dict of its fields).
+    **kwargs
+        Passed to ``zarr.open_array``, as dask passes them (``zarr_format=2`` or ``3``
+        to insist on a format, ``config=``...); a name none of ``zarr.open_array``,
+        ``zarr.create`` and ``zarr.open_group`` takes (a misspelling) is a
+        ``TypeError``. ``mode`` is accepted and ignored: a read always opens the array
+        read-only.
 
-    Differences from :func:`dask.array.from_zarr`: the default chunks are one dask chunk
-    per shard, not one per zarr (inner) chunk; and dask chunks always hold whole inner
-    chunks: sizes that would cut inner chunks are moved to inner-chunk boundaries, with a
-    :class:`~shardwise.errors.ChunkRoundingWarning`.
+    Returns
+    -------
+    dask.array.Array
+        The array, lazily: nothing is read until it is computed. Unlike
+        ``dask.array.from_zarr``, the default is one dask chunk per shard, not one
+        per zarr (inner) chunk.
+
+    Examples
+    --------
+    >>> x = shardwise.from_zarr("data.zarr", "temperature")
+    >>> x.mean().compute()  # doctest: +SKIP
     """
     if isinstance(read_options, Mapping):
         read_options = ReadOptions(**read_options)
@@ -141,7 +159,7 @@ def _token(
     process; different for different arrays (store, path, metadata) or chunks. Not the
     reader's own token, which is new at every open (it keys the index cache).
 
-    A store is named by where it is (:func:`~shardwise.io.stores.store_token`), except a
+    A store is named by where it is (``shardwise.io.stores.store_token``), except a
     ``MemoryStore``, whose name is the ``id`` of its dict, used again once that dict is
     freed: it is tokenized by its contents, as dask tokenizes an in-memory array."""
     from dask.base import tokenize

@@ -78,7 +78,7 @@ def verify(run: Run, path: str, group: str | None, decode: bool) -> int:
     bad; the output names each bad store key.
     """
     options = run.storage_options(path)
-    report = shardwise.verify(path, group, storage_options=options, decode=decode)
+    report = shardwise.verify(path, group=group, storage_options=options, decode=decode)
     problems = [
         {
             "array": p.array,

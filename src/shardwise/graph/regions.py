@@ -6,9 +6,9 @@ same shard, each job reads the shard, merges its part and puts the whole shard b
 the later put silently drops the other job's part. Regions aligned to shard boundaries
 never share a shard and are safe to write at the same time.
 
-:func:`shared_shards` finds the shards that several regions touch, from the regions and
+``shared_shards`` finds the shards that several regions touch, from the regions and
 the stored metadata alone (nothing is read but ``zarr.json`` documents);
-:func:`check_regions` raises :class:`~shardwise.errors.RegionConflictError` when there
+``check_regions`` raises ``shardwise.errors.RegionConflictError`` when there
 are any, before any job starts writing.
 """
 
@@ -112,17 +112,43 @@ def shared_shards(
     storage_options: dict[str, Any] | None = None,
     variables: Sequence[str] | None = None,
 ) -> dict[str, dict[str, list[int]]]:
-    """The shards that more than one of ``regions`` touch, per array.
+    """The shards that more than one of ``regions`` would write, per array, from the
+    metadata alone.
 
-    ``regions`` are what separate jobs would pass as ``to_zarr(region=...)``: mappings
-    from dimension name to slice. An array is written by a region write when it has
-    any of the region's dimensions (along the others it is written whole). Zarr v2
-    arrays count their chunks as shards. Returns
-    ``{array name: {shard key: [indices of the regions that touch it]}}`` for the
-    arrays that have such shards; an empty dict means the jobs may run at once.
-    ``variables`` limits the check to the arrays the jobs write (default: all); an
-    array with no dimension names raises ``UnsupportedArrayError`` rather than pass
-    unchecked.
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store the jobs write: a path, a URL (with ``storage_options``) or a
+        zarr-python ``Store``.
+    regions : sequence of dict
+        What the separate jobs would pass as ``to_zarr(region=...)``: mappings from
+        dimension name to slice. An array is written by a region write when it has any
+        of the region's dimensions (along the others it is written whole).
+    group : str, optional
+        The group the jobs write; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    variables : sequence of str, optional
+        The arrays the jobs write; all of the group's when None.
+
+    Returns
+    -------
+    dict
+        ``{array name: {shard key: [indices of the regions that touch it]}}`` for the
+        arrays that have such shards (Zarr v2 arrays count their chunks as shards). An
+        empty dict means the jobs never write the same shard.
+
+    Raises
+    ------
+    shardwise.errors.UnsupportedArrayError
+        An array has no dimension names (it cannot be checked, and is not passed
+        unchecked).
+
+    Examples
+    --------
+    >>> regions = [{"time": slice(0, 1000)}, {"time": slice(1000, 2000)}]
+    >>> shardwise.shared_shards("data.zarr", regions, variables=["temperature"])
+    {}
     """
     out: dict[str, dict[str, list[int]]] = {}
     for grid in _grids(store, group, storage_options, variables):
@@ -149,8 +175,32 @@ def check_regions(
     storage_options: dict[str, Any] | None = None,
     variables: Sequence[str] | None = None,
 ) -> None:
-    """Raise :class:`~shardwise.errors.RegionConflictError` when two of ``regions``
-    would write the same shard (see :func:`shared_shards`); return quietly otherwise."""
+    """Refuse a plan of separate jobs whose regions would write the same shard.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store the jobs write.
+    regions : sequence of dict
+        What the separate jobs would pass as ``to_zarr(region=...)``.
+    group : str, optional
+        The group the jobs write; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    variables : sequence of str, optional
+        The arrays the jobs write; all of the group's when None.
+
+    Raises
+    ------
+    shardwise.errors.RegionConflictError
+        Two of ``regions`` would write the same shard; the error names the first such
+        array and shard, and how many there are. Nothing is raised otherwise.
+
+    Examples
+    --------
+    >>> regions = [{"time": slice(0, 1000)}, {"time": slice(1000, 2000)}]
+    >>> shardwise.check_regions("data.zarr", regions, variables=["temperature"])
+    """
     shared = shared_shards(
         store, regions, group=group, storage_options=storage_options, variables=variables
     )

@@ -1,12 +1,12 @@
 """What one process keeps of shard indexes: the cache, the channel from index tasks to
-readers, and the loads under way. Apart from :mod:`shardwise.io.stores` because it is the
+readers, and the loads under way. Apart from ``shardwise.io.stores`` because it is the
 store layer's only mutable state, and all of it has one owner.
 
-That owner is :class:`ProcessIndexes`, one per process (:func:`process_indexes`):
+That owner is ``ProcessIndexes``, one per process (``process_indexes``):
 
 - its **lifetime** is the process's. It is made when this module is imported; its cache
-  is made on first use (a read, :func:`index_cache`, :func:`set_index_cache_size` or
-  :func:`clear_index_cache`), reading its bound then (:func:`shardwise.config.index_cache_bytes`). A child
+  is made on first use (a read, ``index_cache``, ``set_index_cache_size`` or
+  ``clear_index_cache``), reading its bound then (``shardwise.config.index_cache_bytes``). A child
   process started by ``fork`` keeps the cached indexes (each keyed by the opened array
   it belongs to, so still right) but starts with no loads under way, and with fresh
   locks: the tasks and loads that held them ran in the parent's
@@ -16,7 +16,7 @@ That owner is :class:`ProcessIndexes`, one per process (:func:`process_indexes`)
   the process's parts. Each part holds a lock only around its own bookkeeping, never
   while a request is under way.
 
-:data:`SUPPLIED` and :data:`IN_FLIGHT` are the owner's parts under the names the reader
+``SUPPLIED`` and ``IN_FLIGHT`` are the owner's parts under the names the reader
 and the read graph import.
 """
 
@@ -64,7 +64,7 @@ class IndexEntry:
     ``table``: the checked ``(offset, nbytes)`` pairs, or None when there was no
     object (every inner chunk is the fill value). ``version``: the version of the
     object the index was read from (an ETag, a file's identity: see
-    :mod:`shardwise.io.conditional`); every read that uses the index is made against
+    ``shardwise.io.conditional``); every read that uses the index is made against
     it. None when the store has no versions (or the reader trusts the data not to
     change). ``size``: the object's size when the store said it. ``read_at``: when it
     was read (``time.time()``, so that it means the same on the worker a fan-out graph
@@ -92,15 +92,27 @@ class IndexEntry:
 
 
 class IndexCache:
-    """A per-process LRU cache of shard indexes (:class:`IndexEntry`), bounded in bytes.
+    """A per-process LRU cache of shard indexes (``IndexEntry``), bounded in bytes.
 
     Thread-safe. Keyed by ``(reader token, shard key)``, the reader token naming the store
-    and the opened array (an :class:`~shardwise.io.reader.ArrayReader` and its pickled copies
+    and the opened array (an ``shardwise.io.reader.ArrayReader`` and its pickled copies
     on dask workers share one). Each entry carries the version of the shard it was read
     from, and the reader reads only against that version: a shard rewritten by another
     job is found changed on the next read of it, and its index read again
     (``ReadOptions.recheck_cached_data`` says when what needs no request, an empty inner
     chunk or an absent shard, is checked again).
+
+    Parameters
+    ----------
+    max_bytes : int
+        The bound, in bytes of cached indexes (0: nothing is kept).
+
+    Attributes
+    ----------
+    max_bytes, nbytes : int
+        The bound, and the bytes cached now; ``len()`` is the number of indexes.
+    hits, misses : int
+        The lookups answered from the cache, and those that were not.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -193,12 +205,12 @@ class SuppliedIndexes:
     """Shard indexes handed to a read task by the index tasks of a fan-out read graph.
 
     A read task supplies the indexes it received for as long as it reads
-    (:meth:`supply`), and the reader takes them (:meth:`current`, in the thread that
+    (``supply``), and the reader takes them (``current``, in the thread that
     reads, before its requests go to an event loop) before it would read an index
     itself, reading against the version each came with. They are held in a context
     variable: seen by the reads of the task that supplied them and of no other task
     (another thread, another task's context), and gone when the block ends. Unlike
-    :class:`IndexCache` nothing stays behind, and it does not depend on
+    ``IndexCache`` nothing stays behind, and it does not depend on
     ``ReadOptions.index_cache``.
     """
 
@@ -273,10 +285,10 @@ class InFlight:
 
 class ProcessIndexes:
     """The owner of what this process keeps of shard indexes (see the module
-    docstring for its lifetime and thread safety): ``cache``, the :class:`IndexCache`
+    docstring for its lifetime and thread safety): ``cache``, the ``IndexCache``
     (made on first use, bounded by ``SHARDWISE_INDEX_CACHE_BYTES`` or dask config
-    ``shardwise.index-cache-bytes`` read then, 64 MiB by default); ``supplied``, the :class:`SuppliedIndexes` of the running read tasks;
-    ``in_flight``, the :class:`InFlight` loads."""
+    ``shardwise.index-cache-bytes`` read then, 64 MiB by default); ``supplied``, the ``SuppliedIndexes`` of the running read tasks;
+    ``in_flight``, the ``InFlight`` loads."""
 
     def __init__(self) -> None:
         self.supplied = SuppliedIndexes()
@@ -325,7 +337,13 @@ def index_cache() -> IndexCache:
 
 
 def set_index_cache_size(max_bytes: int) -> None:
-    """Bound this process's shard-index cache to ``max_bytes`` (0 turns it off)."""
+    """Bound this process's shard-index cache.
+
+    Parameters
+    ----------
+    max_bytes : int
+        The bound, in bytes of cached indexes; 0 turns the cache off.
+    """
     _PROCESS.cache.resize(max_bytes)
 
 

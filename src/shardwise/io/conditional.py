@@ -24,15 +24,20 @@ doing it, per kind:
   ``If-Match: <etag>``, or ``If-None-Match: *`` to create an object that must not
   exist; HTTP 412 (precondition failed) or 409 (a conditional request in progress)
   means another writer won.
+- **Google Cloud Storage** through gcsfs: the object's generation, and a multipart
+  upload with ``ifGenerationMatch`` (:mod:`shardwise.io.gcs`).
+- **Azure Blob Storage** through adlfs: the ETag, and ``If-Match`` /
+  ``If-None-Match: *`` (:mod:`shardwise.io.azure_blob`).
 - **obstore** stores (zarr-python's ``ObjectStore``: S3, GCS, Azure, memory): the
   ``e_tag`` and ``version`` the get returned, and obstore's put modes (an update
   version, or ``"create"``).
 
 The base (:class:`Version`, :class:`Conditional`) is in :mod:`shardwise.io.versioned`,
-the object stores' ways in :mod:`shardwise.io.cloud`; this module holds the local and
-in-memory ways. Which way a store has is :mod:`shardwise.io.capabilities`' question.
+S3's and obstore's ways in :mod:`shardwise.io.cloud`, Google Cloud Storage's in
+:mod:`shardwise.io.gcs`, Azure's in :mod:`shardwise.io.azure_blob`; this module holds
+the local and in-memory ways. Which way a store has is :mod:`shardwise.io.capabilities`' question.
 
-Other stores (``ZipStore``, fsspec file systems other than S3, wrappers that change
+Other stores (``ZipStore``, fsspec file systems other than S3, GCS and Azure, wrappers that change
 what they pass on) have none. Icechunk sessions are not handled here: a session's
 writes are private to it until its commit, which Icechunk checks for conflicts itself.
 """

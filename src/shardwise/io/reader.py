@@ -1,10 +1,10 @@
 """Reading a selection of a (sharded or unsharded) Zarr v3 array: no dask, no xarray.
 
-:class:`ArrayReader` plans a selection with :mod:`shardwise.format.grid`, fetches what it needs
+``ArrayReader`` plans a selection with ``shardwise.format.grid``, fetches what it needs
 with as few store requests as the options allow (the whole shard, or the index and then
 coalesced inner-chunk ranges), and decodes inner chunks in the calling thread. The
-requests are :class:`~shardwise.io.fetch.ShardFetcher`'s: shard indexes read by
-:func:`~shardwise.io.shard_index.read_shard_index` (as inventory and verify read them)
+requests are ``shardwise.io.fetch.ShardFetcher``'s: shard indexes read by
+``shardwise.io.shard_index.read_shard_index`` (as inventory and verify read them)
 with the version of the shard they came from, kept in this process's index cache, and
 inner chunks read only from that version.
 """
@@ -63,10 +63,27 @@ __all__ = ["ArrayReader"]
 
 
 class ArrayReader:
-    """Reads selections of one Zarr v3 array from a zarr-python ``Store``.
+    """Reads selections of one Zarr array into NumPy arrays, without dask.
 
-    Thread-safe and picklable (the store is pickled; decoders are rebuilt on the other
-    side), so one reader can serve every task of a dask graph.
+    Open one with ``open``. ``reader[...]`` (any NumPy basic selection) reads with
+    one request per whole shard, or the shard's index (cached) and its inner chunks'
+    coalesced ranges, decoding on every core the process may use when called from a
+    script or a notebook. Thread-safe and picklable (the store is pickled; decoders
+    are rebuilt on the other side), so one reader can serve every task of a dask graph.
+
+    Attributes
+    ----------
+    info : ArrayInfo
+        The array's shape, data type, shards, inner chunks and codecs.
+    store
+        The zarr-python ``Store`` read.
+    options : ReadOptions
+        How selections turn into requests.
+
+    Examples
+    --------
+    >>> r = shardwise.ArrayReader.open("data.zarr", "temperature")
+    >>> block = r[0:24, :, :]  # doctest: +SKIP
     """
 
     def __init__(
@@ -101,19 +118,40 @@ class ArrayReader:
         options: ReadOptions | None = None,
         **kwargs: Any,
     ) -> ArrayReader:
-        """Open the array at ``path`` of ``store`` (a path, a URL or a zarr ``Store``):
-        Zarr v3, Zarr v2 (:mod:`shardwise.format.v2`), or a store of the 2022 sharding draft
-        (:mod:`shardwise.io.draft`).
+        """Open an array for reading: Zarr v3, Zarr v2, or a store of the 2022 sharding
+        draft.
 
-        ``store`` may also be a ``zarr.Array`` already open (Zarr v3 or v2): its store and
-        path are read, with the metadata it holds (nothing is opened again); ``path``,
-        ``storage_options`` and ``kwargs`` must then be left out.
+        Parameters
+        ----------
+        store : str, os.PathLike, zarr.abc.store.Store or zarr.Array
+            A path, a URL (with ``storage_options``) or a zarr-python ``Store``; or a
+            ``zarr.Array`` already open (Zarr v3 or v2): its store and path are read,
+            with the metadata it holds (nothing is opened again), and ``path``,
+            ``storage_options`` and ``kwargs`` must then be left out.
+        path : str, default ""
+            The array's path in the store (``""``: the array at its root).
+        storage_options : dict, optional
+            Options of the fsspec file system a URL names (credentials, endpoint).
+        options : ReadOptions, optional
+            How selections turn into requests.
+        **kwargs
+            Passed to ``zarr.open_array`` as ``dask.array.from_zarr`` passes them
+            (``zarr_format=2`` to insist on a format, ``config=``...); a name no
+            zarr-python opener takes is a ``TypeError``. ``mode`` is ignored: the array
+            is always opened read-only. With ``zarr_format`` given, a store of the
+            sharding draft is not looked for.
 
-        ``kwargs`` go to ``zarr.open_array`` as :func:`dask.array.from_zarr` passes them
-        (``zarr_format=2`` to insist on a format, ``config=``...); a name that no
-        zarr-python opener takes is a ``TypeError``. ``mode`` is ignored: the array is
-        always opened read-only. With ``zarr_format`` given, a store of the sharding
-        draft is not looked for."""
+        Returns
+        -------
+        ArrayReader
+
+        Raises
+        ------
+        shardwise.errors.NotAZarrStoreError
+            No array is at ``path``.
+        shardwise.errors.UnsupportedCodecError, shardwise.errors.UnsupportedArrayError
+            The array's codecs or data type are ones shardwise does not read.
+        """
         import zarr
 
         if isinstance(store, zarr.Array):
@@ -218,7 +256,7 @@ class ArrayReader:
         return f"<shardwise.ArrayReader {self.info.name} shape={self.shape} of {self.store}>"
 
     def _repr_html_(self) -> str:
-        """A notebook's view (:func:`~shardwise._html.array_html`)."""
+        """A notebook's view (``shardwise._html.array_html``)."""
         return array_html(self.info, self.store)
 
     @property
@@ -235,10 +273,10 @@ class ArrayReader:
 
     # -- decoders (one per distinct shard shape; rectilinear grids have several) ---------
     def decoder(self, shard: tuple[int, ...]) -> ShardDecoder | ChunkDecoder:
-        """The decoder of a shard (a :class:`ShardDecoder`), or of a chunk of an
+        """The decoder of a shard (a ``ShardDecoder``), or of a chunk of an
         unsharded array; one per distinct shard shape, built on first use.
-        :class:`~shardwise.errors.TooLargeError` for a shard of more than
-        :data:`~shardwise.format.grid.MAX_CHUNKS_PER_SHARD` inner chunks (its index could not
+        ``shardwise.errors.TooLargeError`` for a shard of more than
+        ``shardwise.format.grid.MAX_CHUNKS_PER_SHARD`` inner chunks (its index could not
         be held)."""
         shape = self.info.layout.shard_shape(shard)
         dec = self._decoders.get(shape)
@@ -294,7 +332,7 @@ class ArrayReader:
     async def read_async(
         self, selection: Sequence[int | slice | npt.ArrayLike]
     ) -> npt.NDArray[Any]:
-        """:meth:`read` in the caller's event loop: the requests go out on it (with the
+        """``read`` in the caller's event loop: the requests go out on it (with the
         same coalescing and index cache), and the decoding runs in one worker thread, so
         the loop stays free while several reads are under way."""
         sel, shape, out = self._output(selection)
@@ -361,7 +399,7 @@ class ArrayReader:
         threads: int,
         supplied: Mapping[Hashable, IndexEntry],
     ) -> None:
-        """:meth:`_execute` on ``threads`` threads of the process's read pool, each
+        """``_execute`` on ``threads`` threads of the process's read pool, each
         shard fetched and decoded into its own part of ``out`` by one thread (the codecs
         release the GIL). From a local file store every thread reads its shard itself,
         so reading one shard overlaps decoding another; from other stores every shard is
@@ -422,8 +460,8 @@ class ArrayReader:
         """A plan of one whole shard of a local file store, read on this thread into its
         reused buffer (no allocation and no page faults per shard, no hop to zarr's
         event loop). The chunks are views of that buffer: decoded at once by
-        :meth:`_place`, before the thread reads again. None where the plan is
-        fetched by :meth:`_fetch_all` (other stores, several shards, some chunks of a
+        ``_place``, before the thread reads again. None where the plan is
+        fetched by ``_fetch_all`` (other stores, several shards, some chunks of a
         shard, indexes handed in by a fan-out graph)."""
         root = self._local_root
         if root is None or len(plan.shards) != 1:
@@ -463,9 +501,9 @@ class ArrayReader:
     def fetch_encoded(self, plan: ReadPlan, *, transient: bool = False) -> list[Fetched]:
         """The encoded inner chunks a plan touches, per shard read (None for a missing
         shard; per inner chunk its bytes, or None when it is empty), fetched as
-        :meth:`read` fetches them: no decoding.
+        ``read`` fetches them: no decoding.
 
-        ``transient=True`` allows what :meth:`read` does with one whole shard of a local
+        ``transient=True`` allows what ``read`` does with one whole shard of a local
         file store: it is read into this thread's reused buffer, and the chunks are
         views of it, valid only until this thread's next read."""
         supplied = SUPPLIED.current()
@@ -477,7 +515,7 @@ class ArrayReader:
     async def _fetch_all(
         self, plan: ReadPlan, supplied: Mapping[Hashable, IndexEntry]
     ) -> list[Fetched]:
-        """The shards of ``plan`` fetched (see :meth:`fetch_encoded`), with the indexes
+        """The shards of ``plan`` fetched (see ``fetch_encoded``), with the indexes
         ``supplied`` to this read (taken by the caller in its thread)."""
         sem = asyncio.Semaphore(self.options.concurrency)
         return list(
@@ -498,12 +536,12 @@ class ArrayReader:
     @property
     def token(self) -> str:
         """Names this opened array in every process: the first half of the keys of
-        :func:`~shardwise.io.cache.index_cache` and :data:`~shardwise.io.cache.SUPPLIED`."""
+        ``shardwise.io.cache.index_cache`` and ``shardwise.io.cache.SUPPLIED``."""
         return self._token
 
     def shard_index(self, shard: tuple[int, ...]) -> npt.NDArray[np.uint64] | None:
         """The decoded index of one shard: ``(offset, nbytes)`` pairs over its inner
-        chunks, or ``None`` when the shard does not exist (see :meth:`index_entry`)."""
+        chunks, or ``None`` when the shard does not exist (see ``index_entry``)."""
         return self.index_entry(shard).table
 
     def index_entry(self, shard: tuple[int, ...]) -> IndexEntry:
@@ -585,7 +623,7 @@ def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
 
 
 def _info_of(arr: Any) -> ArrayInfo:
-    """The :class:`ArrayInfo` of an open ``zarr.Array`` (Zarr v3 or v2)."""
+    """The ``ArrayInfo`` of an open ``zarr.Array`` (Zarr v3 or v2)."""
     if arr.metadata.zarr_format == 2:
         return v2_array_info(arr.metadata, arr.path)
     return ArrayInfo.from_metadata(arr.metadata, arr.path)
@@ -597,7 +635,7 @@ def _v2_key(path: str) -> str:
 
 
 def _open_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` for ``zarr.open_array``, as :func:`dask.array.from_zarr` passes them:
+    """``kwargs`` for ``zarr.open_array``, as ``dask.array.from_zarr`` passes them:
     ``mode`` dropped (reads are read-only). zarr-python ignores, when it opens an array,
     what it would pass on to ``zarr.create``, and any other name; a name that none of
     zarr-python's openers takes (``zarr.open_array``, ``zarr.create``,

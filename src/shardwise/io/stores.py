@@ -1,8 +1,8 @@
 """Byte I/O over zarr-python's ``Store`` API: options, range coalescing, where a store is
 (overlap checks between a source and a destination) and naming the document that could
 not be read. The per-process shard-index cache and the index channel are owned by
-:mod:`shardwise.io.cache`, opening stores is :mod:`shardwise.io.opener` and listing them
-:mod:`shardwise.io.listing`.
+``shardwise.io.cache``, opening stores is ``shardwise.io.opener`` and listing them
+``shardwise.io.listing``.
 
 All requests are coroutines run on zarr-python's I/O event loop (``zarr.core.sync``), so
 independent requests go out concurrently while the caller's thread does the decoding.
@@ -50,46 +50,59 @@ __all__ = [
 class ReadOptions:
     """How shardwise turns a selection into store requests.
 
-    - ``coalesce_gap``: two byte ranges of one shard separated by at most this many bytes
-      are fetched with one request.
-    - ``coalesce_max``: no coalesced request grows past this many bytes (a single inner
-      chunk larger than this is still fetched whole).
-    - ``whole_shard_fraction``: when a selection needs at least this fraction of a
-      shard's inner chunks and the shard's index is not cached, the whole object is read
-      in one request (index included) instead of index + ranges; ``float("inf")``
-      never reads whole shards.
-    - ``index_cache``: keep decoded shard indexes in the per-process cache
-      (:func:`~shardwise.io.cache.index_cache`). Each cached index carries the version
-      of the shard it was read from (an ETag, a file's identity), and every read that
-      uses it is made against that version: a shard another job rewrote is found
-      changed, its index read again and the read made again, never paired with the
-      old index. On stores that have no versions (see ``recheck_cached_data``) no index
-      is cached unless ``recheck_cached_data="open"``. ``False``: every read reads the
-      indexes it needs again (its ranges still against the version it read).
-    - ``recheck_cached_data`` (tensorstore's option of that name): when what a cached
-      index says is checked against the store again.
+    Parameters
+    ----------
+    coalesce_gap : int, default 1 MiB
+        Two byte ranges of one shard separated by at most this many bytes are fetched
+        with one request.
+    coalesce_max : int, default 64 MiB
+        No coalesced request grows past this many bytes (a single inner chunk larger
+        than this is still fetched whole).
+    whole_shard_fraction : float, default 0.5
+        When a selection needs at least this fraction of a shard's inner chunks and the
+        shard's index is not cached, the whole object is read in one request (index
+        included) instead of index and ranges; ``float("inf")`` never reads whole
+        shards.
+    index_cache : bool, default True
+        Keep decoded shard indexes in the process's cache
+        (``shardwise.cache.index_cache``). Each cached index carries the version of
+        the shard it was read from (an ETag, a generation, a file's identity), and
+        every read that uses it is made against that version: a shard another job
+        rewrote is found changed, its index read again and the read made again, never
+        paired with the old index. On stores that have no versions no index is cached
+        unless ``recheck_cached_data="open"``. False: every read reads the indexes it
+        needs again (its ranges still against the version it read).
+    recheck_cached_data : bool, "open" or float, default True
+        When what a cached index says is checked against the store again
+        (tensorstore's option of that name). True: on every read; reads of stored
+        inner chunks are made against the cached index's version at no cost (the
+        condition rides on the same request: ``If-Match`` or the generation on object
+        stores, an ``fstat`` of the open file on a local file system); a read that
+        would need no request (only empty inner chunks, or a shard that was absent)
+        reads the index again, and absent shards are not cached. ``"open"``: never:
+        the data are known not to change while the array is open (a published
+        archive); the cheapest (no condition, no check, absent shards cached too, and
+        indexes cached on stores without versions), but a shard that does change is
+        then read with the wrong index. A number of seconds: reads of stored inner
+        chunks are checked as with True; what needs no request is answered from a
+        cached index (or a cached absent shard) up to this old, so new data in empty
+        places shows within that time.
+    concurrency : int, default 64
+        Requests in flight at once per read.
+    threads : int, optional
+        Threads that fetch and decode the shards of one read outside dask
+        (``ArrayReader[...]``, xarray's ``.values``/``.load()`` of a variable opened
+        without ``chunks``). None (default): every core the process may use when the
+        read is called from the main thread of a process that is no worker (a script,
+        a notebook), one otherwise (a dask task's read stays one thread: the
+        parallelism is dask's).
 
-      - ``True`` (default): on every read. Reads of stored inner chunks are made
-        against the cached index's version at no cost (the condition rides on the same
-        request: ``If-Match`` on S3 and obstore's stores, an ``fstat`` of the open file
-        on a local file system); a read that would need no request (only empty inner
-        chunks, or a shard that was absent) reads the index again. Absent shards are
-        not cached.
-      - ``"open"``: never: the data are known not to change while the array is open
-        (a published archive). The cheapest: no condition, no check, absent shards
-        cached too, and indexes cached on stores without versions. A shard that does
-        change is then read with the wrong index.
-      - a number of seconds: reads of stored inner chunks are checked as with
-        ``True``; what needs no request is answered from a cached index (or a cached
-        absent shard) up to this old, so new data in empty places shows within that
-        time.
-    - ``concurrency``: requests in flight at once per read.
-    - ``threads``: threads that fetch and decode the shards of one read outside dask
-      (``ArrayReader[...]``, xarray's ``.values``/``.load()`` of a variable opened
-      without ``chunks``). ``None`` (default): every core the process may use when the
-      read is called from the main thread of a process that is no worker (a script, a
-      notebook), one otherwise (a dask task's read stays one thread: the parallelism is
-      dask's); an int: that many.
+    Examples
+    --------
+    >>> ds = xr.open_dataset(
+    ...     "data.zarr", engine="shardwise", chunks={},
+    ...     read_options=shardwise.ReadOptions(recheck_cached_data="open"),
+    ... )  # doctest: +SKIP
     """
 
     coalesce_gap: int = 1 << 20
@@ -289,7 +302,7 @@ def _url(url: str, options: Mapping[str, Any] | None) -> Location:
 def location(
     store: Any, path: str | None = None, storage_options: Mapping[str, Any] | None = None
 ) -> Location:
-    """The :class:`Location` of ``store`` (a local path, a URL, a zarr-python ``Store``,
+    """The ``Location`` of ``store`` (a local path, a URL, a zarr-python ``Store``,
     ``StorePath``, group or array, or any other store object), with ``path`` below it."""
     if isinstance(store, os.PathLike):
         return _local(store, os.fspath(store)).joined(path)
@@ -348,7 +361,7 @@ def _store_location(store: Any) -> Location:
 def check_apart(
     src: Location, dst: Location, *, what: str = "the destination", advice: str | None = None
 ) -> None:
-    """Refuse (:class:`~shardwise.errors.OverlapError`) a destination that is the source,
+    """Refuse (``shardwise.errors.OverlapError``) a destination that is the source,
     lies inside it or holds it: writing it could change or delete the source."""
 
     if dst.within(src):
@@ -409,7 +422,7 @@ def metadata_error(
     """What to raise when opening ``store`` (a path, URL or zarr ``Store``) failed with
     zarr-python's or xarray's own ``error`` (a ``ValueError``, ``TypeError``,
     ``KeyError``, ``OverflowError``, ``UnknownCodecError``...): the
-    :class:`UnsupportedArrayError` (or :class:`UnsupportedCodecError`) of the first
+    ``UnsupportedArrayError`` (or ``UnsupportedCodecError``) of the first
     ``zarr.json`` under ``prefix`` that cannot be read, naming its array and key; or
     ``error`` itself when every document reads (the error then was not the metadata's).
 

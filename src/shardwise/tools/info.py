@@ -1,14 +1,14 @@
 """``shardwise.info``: a hierarchy at a glance, as text (``shardwise info PATH``) or JSON.
 
-:func:`info` opens every array under a group and sums up each as :class:`ArraySummary`
+``info`` opens every array under a group and sums up each as ``ArraySummary``
 (its shape, data type, shards, inner chunks and codecs and, when scanned, the totals of
-its :func:`~shardwise.tools.inventory.inventory`: shards and inner chunks stored, stored
+its ``shardwise.tools.inventory.inventory``: shards and inner chunks stored, stored
 bytes, compression ratio), with the documents no reader opens listed apart, in one
-:class:`Info`. A scan costs what the inventory's totals cost: one listing and one
-index read per stored shard (:func:`~shardwise.tools.inventory.totals_of`), whatever the
+``Info``. A scan costs what the inventory's totals cost: one listing and one
+index read per stored shard (``shardwise.tools.inventory.totals_of``), whatever the
 size of the grid.
 
-Apart from :mod:`shardwise.tools.inventory`, which it is built on: that module is one
+Apart from ``shardwise.tools.inventory``, which it is built on: that module is one
 array's chunks, this one is the hierarchy's summary and its rendering.
 """
 
@@ -41,7 +41,7 @@ __all__ = ["ArraySummary", "Info", "info"]
 
 @dataclass(frozen=True, slots=True)
 class ArraySummary:
-    """One array in :class:`Info`: its geometry and codecs, and (``error`` None) what
+    """One array in ``Info``: its geometry and codecs, and (``error`` None) what
     its inventory counted."""
 
     path: str
@@ -123,8 +123,27 @@ class ArraySummary:
 
 @dataclass(frozen=True, slots=True)
 class Info:
-    """A hierarchy at a glance (:func:`info`); ``str()`` is the text ``shardwise info``
-    prints, :meth:`to_dict` its JSON."""
+    """A hierarchy at a glance (``shardwise.info``); ``str()`` is the text
+    ``shardwise info`` prints, ``to_dict`` its JSON, and a notebook shows a table.
+
+    Attributes
+    ----------
+    store, format, group : str
+        The store, its kind (Zarr v3, Zarr v2, the 2022 draft) and the group described.
+    groups : tuple of str
+        The groups under it.
+    arrays : tuple of ArraySummary
+        Each array: its shape, data type, shards, inner chunks, codecs and, when
+        scanned, what is stored of it (or the error its inventory raised).
+    unreadable : tuple of (str, str)
+        The arrays shardwise does not read, and why.
+    damaged : tuple of str
+        Of those, the documents no reader opens.
+    stored_bytes : int or None
+        The bytes stored, over every array (None where one was not scanned).
+    raw_bytes : int
+        The bytes the stored inner chunks hold decoded.
+    """
 
     store: str
     format: str
@@ -252,7 +271,7 @@ def info(
     storage_options : dict, optional
         Options of the fsspec file system a URL names (credentials, endpoint).
     scan : bool, default True
-        Also sum each array's :func:`~shardwise.inventory`: the shards and inner chunks
+        Also sum each array's ``shardwise.inventory``: the shards and inner chunks
         stored, the stored bytes and the compression ratio. A scan costs a listing and
         one index read per stored shard, whatever the size of the grid; ``False`` reads
         the metadata only.

@@ -1,10 +1,10 @@
 """``shardwise.inventory`` and ``shardwise.info``: which chunks a store holds, and how
 many bytes each takes, read from the shard indexes alone.
 
-:func:`inventory` gives one array's inner chunk grid as an ``xarray.Dataset``: for every
+``inventory`` gives one array's inner chunk grid as an ``xarray.Dataset``: for every
 inner chunk whether it is stored and its stored (compressed) size, and which shard holds
 it; the totals (shards and inner chunks present, bytes, compression ratios) are its
-attributes. :func:`info` sums up a whole hierarchy the same way, as text or JSON
+attributes. ``info`` sums up a whole hierarchy the same way, as text or JSON
 (``shardwise info PATH``). Every kind of store shardwise reads is covered: Zarr v3
 (sharded or not, regular or rectilinear shard grids), Zarr v2 and the 2022 sharding
 draft; an unsharded array's chunks count as shards of one inner chunk each.
@@ -19,18 +19,18 @@ at a time); past ``shardwise.inventory-batch`` (default 1000) stored shards, bat
 that many run as dask tasks on the current scheduler, each returning the small arrays
 of its shards' sizes.
 
-:func:`info` costs that and no more: its totals are summed shard by shard, so an array
+``info`` costs that and no more: its totals are summed shard by shard, so an array
 whose grid has 10**14 shards of which a few are stored costs a few index reads. An
-:func:`inventory` is a Dataset with a cell per inner chunk of the *whole* grid: it is
-refused (:class:`~shardwise.errors.TooLargeError`, before its indexes are read) when
+``inventory`` is a Dataset with a cell per inner chunk of the *whole* grid: it is
+refused (``shardwise.errors.TooLargeError``, before its indexes are read) when
 the grid holds more than ``shardwise.inventory-cells`` (dask config, default 2**24:
 about 17 bytes a cell, twice that while the grid is built, 0.5 GiB) inner chunks and
-more than :data:`INVENTORY_SPARSITY` times the inner chunks of the shards stored.
+more than ``INVENTORY_SPARSITY`` times the inner chunks of the shards stored.
 
-This module builds the Dataset and its totals and prints them (:func:`summary`); what is
-stored is found by :mod:`shardwise.tools._stored` (the listing and the index reads), the
-hierarchy's summary is :mod:`shardwise.tools.info`, and the words both print are
-:mod:`shardwise.tools._text`'s.
+This module builds the Dataset and its totals and prints them (``summary``); what is
+stored is found by ``shardwise.tools._stored`` (the listing and the index reads), the
+hierarchy's summary is ``shardwise.tools.info``, and the words both print are
+``shardwise.tools._text``'s.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 INVENTORY_SPARSITY = 64
-"""Past ``shardwise.inventory-cells``, the grid of an :func:`inventory` may have at most this
+"""Past ``shardwise.inventory-cells``, the grid of an ``inventory`` may have at most this
 many inner chunks per inner chunk of the shards stored: its memory then stays in
 proportion to what is stored (whose indexes are read anyway, 16 bytes a cell)."""
 
@@ -183,32 +183,58 @@ def inventory(
     storage_options: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> xr.Dataset:
-    """The inner chunks of one array of ``store`` (a path, URL or zarr ``Store``):
-    which are stored and how many bytes each takes, from one listing and one index read
-    per stored shard (no chunk data).
+    """Which inner chunks of one array are stored, and how many bytes each takes, from
+    one listing and one index read per stored shard (no chunk data is read).
 
-    ``variable`` is the array's path relative to ``group``; it may be left out when the
-    group holds one array. The result has one dimension per array dimension,
-    ``<name>_chunk`` (``dim_<i>_chunk`` for unnamed dimensions), over the inner chunks
-    that hold part of the array, and:
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store: a path, a URL (with ``storage_options``) or a zarr-python ``Store``;
+        Zarr v3, Zarr v2 or a store of the 2022 sharding draft.
+    variable : str, optional
+        The array's path, relative to ``group``; may be left out when the group holds
+        one array.
+    group : str, optional
+        The group the array is in; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    progress : bool, default False
+        Show a progress bar of the shards whose index is read.
 
-    - ``stored_bytes`` (int64): the stored size of each inner chunk, 0 where absent;
-    - ``present`` (bool): whether the inner chunk is stored (writers leave out chunks
-      that are all fill value);
-    - ``shard`` (int64): the flat (C order) number of the shard holding it, for
-      ``groupby``;
-    - coordinates ``<name>_start`` (where each inner chunk starts along the dimension)
-      and ``<name>_shard`` (the shard's coordinate along it);
-    - attributes with the array's geometry and codecs and the totals (see
-      :func:`summary`), JSON-ready.
+    Returns
+    -------
+    xarray.Dataset
+        One dimension per array dimension, ``<name>_chunk`` (``dim_<i>_chunk`` for
+        unnamed dimensions), over the inner chunks that hold part of the array, with
 
-    An unsharded array (Zarr v2, unsharded Zarr v3 or draft arrays) has one inner
-    chunk per shard: its chunks. Raises the error a read would for a damaged index, and
-    :class:`~shardwise.errors.TooLargeError` (before any index is read) for a grid far
-    larger than what is stored: more than ``shardwise.inventory-cells`` (dask config,
-    default 2**24) inner chunks and more than
-    :data:`INVENTORY_SPARSITY` per inner chunk of the stored shards; :func:`info` gives
-    its totals.
+        - ``stored_bytes`` (int64): the stored size of each inner chunk, 0 where absent;
+        - ``present`` (bool): whether the inner chunk is stored (writers leave out
+          chunks that hold only the fill value);
+        - ``shard`` (int64): the flat (C order) number of the shard holding it, for
+          ``groupby``;
+        - coordinates ``<name>_start`` (where each inner chunk starts along the
+          dimension) and ``<name>_shard`` (the shard's coordinate along it);
+        - attributes: the array's geometry and codecs and the totals, JSON-ready.
+
+        An unsharded array (Zarr v2, unsharded Zarr v3 or draft arrays) has one inner
+        chunk per shard: its chunks.
+
+    Raises
+    ------
+    shardwise.errors.ArrayChoiceError
+        ``variable`` was left out and the group holds several arrays, or names none.
+    shardwise.errors.TooLargeError
+        Before any index is read: the grid is far larger than what is stored (more than
+        ``shardwise.inventory-cells`` inner chunks, dask config, default 2**24, and
+        more than ``INVENTORY_SPARSITY`` per inner chunk of the stored shards);
+        ``shardwise.info`` gives its totals.
+    shardwise.CorruptShardError
+        A shard's index is damaged (as a read would raise).
+
+    Examples
+    --------
+    >>> ds = shardwise.inventory("data.zarr", "temperature")
+    >>> ds.stored_bytes.sum()  # doctest: +SKIP
     """
 
     src = open_source(store, group, storage_options)
@@ -222,8 +248,8 @@ def totals(
     group: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The attributes of :func:`inventory` (geometry, codecs and totals; what
-    :func:`summary` prints) without its Dataset: one listing and an index read per
+    """The attributes of ``inventory`` (geometry, codecs and totals; what
+    ``summary`` prints) without its Dataset: one listing and an index read per
     stored shard, whatever the size of the grid, so never refused for it."""
 
     src = open_source(store, group, storage_options)
@@ -232,12 +258,27 @@ def totals(
 
 def inventories(
     store: Any,
-    group: str | None = None,
     *,
+    group: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, xr.Dataset]:
-    """:func:`inventory` of every array under ``group``, by path relative to it. Arrays
-    shardwise cannot read (strings...) are left out; :func:`info` lists them."""
+    """The ``shardwise.inventory`` of every array under a group.
+
+    Parameters
+    ----------
+    store : str, os.PathLike or zarr.abc.store.Store
+        The store: a path, a URL (with ``storage_options``) or a zarr-python ``Store``.
+    group : str, optional
+        The group; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+
+    Returns
+    -------
+    dict of str to xarray.Dataset
+        Each array's inventory by its path relative to ``group``. Arrays shardwise
+        cannot read (strings...) are left out; ``shardwise.info`` lists them.
+    """
 
     src = open_source(store, group, storage_options)
     return {path: _inventory(src, a) for path, a in src.arrays.items()}
@@ -251,7 +292,7 @@ def _found(src: Source, info: ArrayInfo) -> Stored:
 
 
 def totals_of(src: Source, info: ArrayInfo) -> dict[str, Any]:
-    """An array's inventory totals (the attributes of its :func:`inventory`), from its
+    """An array's inventory totals (the attributes of its ``inventory``), from its
     stored shards alone: one listing and an index read per stored shard, never a pass
     over the grid."""
     found = _found(src, info)
@@ -369,7 +410,7 @@ def _attrs(
 def _dataset(
     src: Source, info: ArrayInfo, found: Stored, probed: list[tuple[Sizes | None, int]]
 ) -> xr.Dataset:
-    """The inventory Dataset (its grid's size checked by :func:`_check_grid`)."""
+    """The inventory Dataset (its grid's size checked by ``_check_grid``)."""
     import xarray as xr
 
     layout = info.layout
@@ -411,8 +452,8 @@ def _dataset(
 
 # -- text ---------------------------------------------------------------------------------
 def summary(ds: xr.Dataset | Mapping[str, Any]) -> str:
-    """The text ``shardwise inventory`` prints for an :func:`inventory` (or for its
-    attributes, :func:`totals`)."""
+    """The text ``shardwise inventory`` prints for an ``inventory`` (or for its
+    attributes, ``totals``)."""
     import xarray as xr
 
     a = ds.attrs if isinstance(ds, xr.Dataset) else ds  # (a Dataset is a Mapping too)

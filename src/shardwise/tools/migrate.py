@@ -11,11 +11,11 @@ are (copying is not judging).
 
 Migrating is ``reshard``'s repack with the grid unchanged: this module checks the
 arguments (in its own words), opens the draft store and walks it
-(:func:`shardwise.io.sources.draft_source`), and hands it to ``reshard``'s planner in
-its same-grid mode (:func:`shardwise.tools.reshard.prepare`: the grid, the sharding or
+(``shardwise.io.sources.draft_source``), and hands it to ``reshard``'s planner in
+its same-grid mode (``shardwise.tools.reshard.prepare``: the grid, the sharding or
 its absence and the codecs kept, zlib as gzip; inner chunks repacked in ``C`` order as
 the draft wrote them, zlib chunks recoded one by one; no consolidated metadata), which
-writes the metadata and plans the copy (:mod:`shardwise.graph.copy`). One dask task per
+writes the metadata and plans the copy (``shardwise.graph.copy``). One dask task per
 stored shard: one read of the old shard (whole), one put of the new one. With ``mode="a"``, a shard already in the destination whose index reads back
 (crc32c and entries) is skipped, so running the same call again after a failure
 completes the job.
@@ -49,8 +49,18 @@ MIGRATE_ADVICE = (
 
 @dataclass
 class MigrationReport:
-    """What :func:`migrate` did: the arrays and groups it wrote, the arrays whose chunks
-    it re-encoded, and the shards it moved."""
+    """What ``shardwise.migrate`` did.
+
+    Attributes
+    ----------
+    arrays, groups : list of str
+        The arrays and groups written.
+    reencoded : dict of str to str
+        The arrays whose chunks were re-encoded, with the codec (zlib becomes gzip);
+        the others' chunks were copied as bytes.
+    shards : int
+        The stored shards (or chunks of unsharded arrays) migrated.
+    """
 
     arrays: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
@@ -79,19 +89,53 @@ def migrate(
     compute: bool = True,
     progress: bool = False,
 ) -> Any:
-    """Migrate the store of the 2022 sharding draft at ``src`` (under ``group``) to a
-    Zarr v3 store at ``dst`` (paths, URLs or zarr ``Store`` objects), copying compressed
-    chunks as bytes (see the module docstring).
+    """Move a store of the 2022 sharding draft (written by zarr-python 2.14-2.18) to
+    Zarr v3 with ``sharding_indexed``, copying the compressed chunks as bytes where a
+    Zarr v3 codec writes the same bytes (zlib is re-encoded as gzip); one dask task per
+    shard.
 
-    ``mode="w-"`` refuses an existing ``dst``, unless it holds a migration of the same
-    source that is to be completed (``mode="a"``); ``mode="w"`` replaces it. Runs on
-    the current dask scheduler and returns a :class:`MigrationReport`; with
-    ``compute=False`` the metadata is written and a ``dask.delayed`` returned (as
-    :func:`~shardwise.to_zarr` returns one): computing it copies the shards and gives
-    the report. ``storage_options``: the source's; ``target_options``: the
-    destination's (as :func:`~shardwise.reshard`'s). ``progress=True``: a bar of the copy's tasks
-    while it computes (tqdm's auto mode; the cluster's progress under a default
-    ``distributed.Client``)."""
+    Parameters
+    ----------
+    src : str, os.PathLike or zarr.abc.store.Store
+        The draft store: a path, a URL (with ``storage_options``) or a zarr-python
+        ``Store``.
+    dst : str, os.PathLike or zarr.abc.store.Store
+        The destination (with ``target_options`` for a URL).
+    group : str, optional
+        The group to migrate, with everything under it; the store's root when None.
+    storage_options, target_options : dict, optional
+        Options of the fsspec file systems of the source's and the destination's URLs
+        (as ``shardwise.reshard``'s).
+    mode : {"w-", "w", "a"}, default "w-"
+        ``"w-"`` refuses an existing destination, ``"w"`` replaces it, ``"a"``
+        completes a migration of the same source left unfinished (its whole shards are
+        kept).
+    compute : bool, default True
+        Copy now; with False, write the metadata and return a ``dask.delayed`` (as
+        ``shardwise.to_zarr`` does) whose computing copies the shards and gives
+        the report.
+    progress : bool, default False
+        Show a progress bar of the copy's tasks (tqdm's, or the cluster's under a
+        default ``distributed.Client``).
+
+    Returns
+    -------
+    MigrationReport or dask.delayed.Delayed
+        The arrays and groups written and the shards moved; a ``Delayed`` of it with
+        ``compute=False``.
+
+    Raises
+    ------
+    shardwise.WriteError
+        The source is not a draft store (Zarr v2 and v3 stores need no migration), or
+        ``mode`` is unknown.
+    shardwise.errors.StoreExistsError
+        The destination exists and ``mode="w-"``.
+
+    Examples
+    --------
+    >>> report = shardwise.migrate("old.zarr", "new.zarr")
+    """
 
     draft = DraftStore.open(src, storage_options)
     if draft is None:

@@ -1,11 +1,11 @@
 """``shardwise.reshard``: any store shardwise reads to sharded Zarr v3, one task per shard.
 
 Sources: Zarr v2, unsharded and sharded Zarr v3 (regular or rectilinear shard grids),
-and stores of the 2022 sharding draft (:mod:`shardwise.io.sources`). Each array of the
+and stores of the 2022 sharding draft (``shardwise.io.sources``). Each array of the
 destination is ``sharding_indexed`` with the index at the end and crc32c.
 
 Two ways to fill a target shard, chosen per array before anything is written (the task
-that fills one is :func:`shardwise.graph.copy.reshard_shard`; this module plans the job,
+that fills one is ``shardwise.graph.copy.reshard_shard``; this module plans the job,
 writes the metadata and runs the graph):
 
 *repack*
@@ -30,8 +30,8 @@ the result opens like the source with ``engine="zarr"``.
 are present and whose index reads back are skipped (shards are single puts, so a present
 shard is whole).
 
-The planner (:func:`prepare`) has a same-grid mode, which is ``shardwise.migrate``
-(:mod:`shardwise.tools.migrate` checks its arguments and words its report): every
+The planner (``prepare``) has a same-grid mode, which is ``shardwise.migrate``
+(``shardwise.tools.migrate`` checks its arguments and words its report): every
 array keeps its grid, its sharding or its absence and its codecs (zlib as gzip, those
 chunks recoded one by one), so every chunk is repacked, and no consolidated metadata
 is written.
@@ -75,8 +75,29 @@ COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to 
 
 @dataclass
 class ReshardReport:
-    """What :func:`reshard` did: the arrays and groups it wrote, how each array's chunks
-    were moved, and the shards and bytes it read and wrote."""
+    """What ``shardwise.reshard`` did: the arrays and groups it wrote, how each
+    array's chunks were moved, and the shards and bytes it read and wrote.
+
+    Attributes
+    ----------
+    arrays, groups : list of str
+        The arrays and groups written.
+    repacked : list of str
+        The arrays whose compressed chunks were moved as bytes.
+    reencoded : list of str
+        The arrays decoded and encoded again (other chunk sizes or codecs).
+    copied : list of str
+        The arrays shardwise does not read (strings...), copied through zarr-python.
+    shards : int
+        The target shards planned (those with source data).
+    shards_written, shards_skipped : int
+        The shards written, and those found whole in the destination (``mode="a"``).
+    bytes_read, bytes_written : int
+        The encoded bytes moved (repacked) or the values decoded (re-encoded), and the
+        bytes written.
+    chunks_repacked, chunks_reencoded : int
+        The inner chunks moved as bytes, and those encoded again.
+    """
 
     arrays: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
@@ -177,7 +198,7 @@ def _check_sizes(name: str, sizes: Sizes, known: set[str]) -> None:
 def _target_codecs(info: ArrayInfo, codecs: Any) -> tuple[tuple[Any, ...], str | None]:
     """The inner codec chain of the target: the source's (zlib as gzip: Zarr v3 has no
     zlib codec), or ``bytes`` and the codecs given; and what zlib became, if anything
-    (:func:`~shardwise.graph.copy.recode_zlib`)."""
+    (``shardwise.graph.copy.recode_zlib``)."""
     from zarr.codecs import BytesCodec
 
     if codecs is None:
@@ -224,7 +245,7 @@ def _plan_array(
     same_grid: bool = False,
 ) -> tuple[Any, bool, str | None]:
     """The target's zarr-python metadata, whether its chunks can be repacked, and what
-    zlib became when they are repacked and recoded (see :func:`prepare`'s same-grid
+    zlib became when they are repacked and recoded (see ``prepare``'s same-grid
     mode: the grid, the sharding or its absence and the codecs kept, zlib as gzip)."""
     names = _names(info)
     itemsize = info.dtype.itemsize
@@ -303,7 +324,7 @@ def _metadata(
 ) -> Any:
     """The target's zarr-python metadata: the source's with the shard ``grid``, the
     ``codecs`` (JSON), default chunk keys and the attributes and dimension names as
-    xarray showed the source (:func:`_attributes`)."""
+    xarray showed the source (``_attributes``)."""
     attributes, dims = _attributes(kind, info, same_grid)
     doc = info.metadata.to_dict()
     doc.update(
@@ -335,28 +356,64 @@ def reshard(
     compute: bool = True,
     progress: bool = False,
 ) -> Any:
-    """Rewrite the arrays under ``group`` of ``src`` (Zarr v2, Zarr v3, or a store of the
-    2022 draft; a path, URL or zarr ``Store``) as sharded Zarr v3 at ``dst``.
+    """Rewrite the arrays of a store as sharded Zarr v3, moving compressed chunks as
+    bytes where the codecs allow (no decompression), one dask task per target shard.
 
-    ``shards`` and ``chunks``: sizes by dimension name (``{"time": 100}``; dimensions
-    not named keep the source's shard, or unsharded chunk, and inner chunk sizes),
-    ``"auto"`` (toward ``shardwise.shard-bytes`` / ``shardwise.chunk-bytes``), or None:
-    unchanged (an unsharded source gets ``"auto"`` shards of its own chunks). ``codecs``:
-    None keeps the source's (zlib becomes gzip), else a codec or list of codecs for the
-    inner chunks. ``variables``: array paths (relative to ``group``) to take; all when
-    None. ``mode="w-"`` refuses an existing ``dst``, ``"w"`` replaces it, ``"a"``
-    completes the job a run with the same arguments left unfinished (as
-    :func:`~shardwise.migrate`'s). ``storage_options``: the source's; ``target_options``:
-    the destination's.
-    ``consolidated``: write consolidated metadata, as ``ds.to_zarr`` does, so that
-    ``xr.open_zarr(dst)`` reads one document.
+    Parameters
+    ----------
+    src : str, os.PathLike or zarr.abc.store.Store
+        The source: Zarr v2, Zarr v3 or a store of the 2022 sharding draft; a path, a
+        URL (with ``storage_options``) or a zarr-python ``Store``.
+    dst : str, os.PathLike or zarr.abc.store.Store
+        The destination (with ``target_options`` for a URL). It may not be, lie in or
+        hold the source.
+    shards, chunks : dict, "auto" or None, optional
+        The shard and inner chunk sizes by dimension name (``{"time": 100}``; the
+        dimensions not named keep the source's), ``"auto"`` (toward dask config
+        ``shardwise.shard-bytes`` and ``shardwise.chunk-bytes``), or None: the source's
+        (an unsharded source gets ``"auto"`` shards of its own chunks).
+    codecs : codec or list of codecs, optional
+        The inner chunks' codecs; None keeps the source's (zlib becomes gzip).
+    group : str, optional
+        The group to reshard, with everything under it; the store's root when None.
+    variables : sequence of str, optional
+        The arrays to take, by path relative to ``group``; all when None.
+    mode : {"w-", "w", "a"}, default "w-"
+        ``"w-"`` refuses an existing destination, ``"w"`` replaces it, ``"a"``
+        completes what a run with the same arguments left unfinished (its whole shards
+        are kept), as ``shardwise.migrate``'s does.
+    storage_options, target_options : dict, optional
+        Options of the fsspec file systems of the source's and the destination's URLs.
+    consolidated : bool, default True
+        Write consolidated metadata, as ``ds.to_zarr`` does, so that
+        ``xr.open_zarr(dst)`` reads one document.
+    compute : bool, default True
+        Copy now; with False, write the metadata and return a ``dask.delayed`` (as
+        ``shardwise.to_zarr`` does) whose computing, on any dask scheduler, copies
+        the shards and gives the report.
+    progress : bool, default False
+        Show a progress bar of the copy's tasks (tqdm's, or the cluster's under a
+        default ``distributed.Client``).
 
-    ``progress=True``: a bar of the copy's tasks while it computes (tqdm's auto mode;
-    the cluster's progress under a default ``distributed.Client``).
+    Returns
+    -------
+    ReshardReport or dask.delayed.Delayed
+        What was written, and how each array's chunks were moved; a ``Delayed`` of it
+        with ``compute=False``.
 
-    Returns a :class:`ReshardReport`; with ``compute=False`` the metadata is written and
-    a ``dask.delayed`` is returned (as :func:`~shardwise.to_zarr` returns one): computing
-    it, on any dask scheduler, writes the shards and gives the report."""
+    Raises
+    ------
+    shardwise.WriteError
+        Before anything is written: sizes that do not fit (a shard not a multiple of
+        its inner chunk, a dimension no array has), a destination that is the source.
+    shardwise.errors.StoreExistsError
+        The destination exists and ``mode="w-"``, or ``mode="a"`` and it was not made by
+        a reshard with these arguments.
+
+    Examples
+    --------
+    >>> report = shardwise.reshard("era5-v2.zarr", "era5.zarr", shards={"time": 100})
+    """
 
     if mode not in ("w-", "w", "a"):
         raise WriteError("unknown mode", expected="'w-', 'w' or 'a'", found=repr(mode))
@@ -441,7 +498,7 @@ def prepare(
     ``zarr.json``, when the caller has looked). Returns each array's plan and target
     shards to fill, the report, and the arrays whose zlib chunks are recoded (with what).
 
-    ``same_grid`` is ``migrate``'s mode (:mod:`shardwise.tools.migrate`), ``reshard``'s
+    ``same_grid`` is ``migrate``'s mode (``shardwise.tools.migrate``), ``reshard``'s
     repack with the grid unchanged: each array keeps its grid, its sharding (or its
     absence) and its codecs (zlib as gzip, the chunks recoded one by one), its inner
     chunks are repacked in ``C`` order as the source wrote them, its fill value is the

@@ -1,7 +1,7 @@
 """``shardwise.verify``: check every shard of a store, report the bad ones.
 
 For each Zarr v3 array under a group (or each array of a store of the 2022 sharding
-draft, :mod:`shardwise.io.draft`, whose indexes and chunks carry no checksums), every
+draft, ``shardwise.io.draft``, whose indexes and chunks carry no checksums), every
 stored shard (found by listing the array's keys, so missing shards cost nothing) is
 checked with as few bytes as the checks need:
 
@@ -15,7 +15,7 @@ The shards checked are those the listing finds (their keys mapped to grid coordi
 the cost follows the shards stored, however large the grid.
 
 When only the index needs checking, a shard costs one ranged read of its index
-(:func:`~shardwise.io.shard_index.read_shard_index`, as a read reads it), which on a
+(``shardwise.io.shard_index.read_shard_index``, as a read reads it), which on a
 store with versions (local files, memory, S3, obstore's stores) also tells the size of
 the one version read; on other stores the size is asked first, and an index found
 wrong is read once more (the shard may have been replaced between the two requests);
@@ -70,7 +70,27 @@ _HTML_ROWS = 200  # problems shown in a notebook at the most
 
 @dataclass
 class VerifyReport:
-    """What :func:`verify` checked and found."""
+    """What ``shardwise.verify`` checked and found; shown as a table in a notebook.
+
+    Attributes
+    ----------
+    arrays : list of str
+        The arrays checked.
+    shards : int
+        The stored shards (or chunks of unsharded arrays) checked.
+    chunks : int
+        The inner chunks whose checksum was checked or which were decoded.
+    requests, bytes_read : int
+        What the check read from the store.
+    problems : list of Problem
+        Each problem found: its array, store key, shard, error class and message.
+    strays : list of str
+        Keys under an array that are no chunk of it.
+    ok : bool
+        Whether no problem was found.
+    bad_keys : list of str
+        The store keys with a problem.
+    """
 
     arrays: list[str] = field(default_factory=list)
     shards: int = 0  # stored shards (or chunks of unsharded arrays) checked
@@ -90,7 +110,7 @@ class VerifyReport:
 
     def damaged_shards(self, array: str) -> list[tuple[int, ...]]:
         """The grid coordinates of ``array``'s shards with a problem (what
-        :func:`~shardwise.shard_grid` draws red)."""
+        ``shardwise.shard_grid`` draws red)."""
         name = array.strip("/") or "/"
         return sorted({p.shard for p in self.problems if p.shard is not None and p.array == name})
 
@@ -145,8 +165,8 @@ class VerifyReport:
 
 def verify(
     store: Any,
-    group: str | None = None,
     *,
+    group: str | None = None,
     storage_options: dict[str, Any] | None = None,
     decode: bool = False,
     progress: bool = False,
@@ -232,7 +252,7 @@ def verify(
 
 @contextlib.contextmanager
 def _bar(progress: bool) -> Iterator[Any]:
-    """A tqdm bar of the shards checked (:func:`~shardwise.graph.progress.bar_class`),
+    """A tqdm bar of the shards checked (``shardwise.graph.progress.bar_class``),
     or None."""
     if not progress:
         yield None

@@ -1,13 +1,13 @@
-"""Notebook views: one value per shard from an :func:`~shardwise.inventory`, and the
-shard grid drawn as SVG (:class:`ShardGrid`), shown by Jupyter through ``_repr_html_``.
+"""Notebook views: one value per shard from an ``shardwise.inventory``, and the
+shard grid drawn as SVG (``ShardGrid``), shown by Jupyter through ``_repr_html_``.
 
-:func:`shard_view` reduces the inventory's cell per inner chunk to a cell per shard
+``shard_view`` reduces the inventory's cell per inner chunk to a cell per shard
 (inner chunks stored and in all, stored bytes, compression ratio), an
-``xarray.Dataset`` that ``.plot()`` draws directly. :func:`shard_grid` draws it: every
+``xarray.Dataset`` that ``.plot()`` draws directly. ``shard_grid`` draws it: every
 shard to scale (regular and rectilinear grids), absent shards blank, stored ones
 shaded by the share of their inner chunks stored, damaged ones (a
-:class:`~shardwise.VerifyReport`'s, given as ``damaged``) red; the picture is
-bounded whatever the grid's size (see :mod:`shardwise._html`).
+``shardwise.VerifyReport``'s, given as ``damaged``) red; the picture is
+bounded whatever the grid's size (see ``shardwise._html``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,22 @@ def _names(inv: xr.Dataset) -> list[str]:
 
 
 def shard_view(inv: xr.Dataset) -> xr.Dataset:
-    """One value per shard of an :func:`~shardwise.inventory`: ``chunks_stored`` and
-    ``chunks`` (inner chunks stored, and in the shard inside the array),
-    ``stored_bytes``, ``raw_bytes`` (of the stored inner chunks, at full size) and
-    ``ratio`` (raw / stored, NaN for an absent shard); dimensions ``<name>_shard``
-    with coordinates ``<name>_start`` (the shard's first index). The inventory's
-    attributes are kept."""
+    """One value per shard of an ``shardwise.inventory``.
+
+    Parameters
+    ----------
+    inv : xarray.Dataset
+        An array's inventory.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dimensions ``<name>_shard`` with coordinates ``<name>_start`` (each shard's
+        first index), and ``chunks_stored`` and ``chunks`` (the inner chunks stored,
+        and those of the shard inside the array), ``stored_bytes``, ``raw_bytes`` (of
+        the stored inner chunks, at full size) and ``ratio`` (raw / stored, NaN for an
+        absent shard). The inventory's attributes are kept.
+    """
     import xarray as xr
 
     names = _names(inv)
@@ -84,8 +94,17 @@ def shard_view(inv: xr.Dataset) -> xr.Dataset:
 
 
 class ShardGrid:
-    """A shard grid to look at: ``_repr_html_`` (Jupyter) is a table and the SVG of
-    :func:`shard_grid`; :meth:`svg` the picture alone."""
+    """A shard grid to look at (``shardwise.shard_grid``): a notebook shows a
+    table and a picture of the shards, each shaded by what is stored of it and the
+    damaged ones red; ``svg`` is the picture alone.
+
+    Attributes
+    ----------
+    view : xarray.Dataset
+        The ``shardwise.shard_view`` drawn.
+    damaged : set of tuple of int
+        The shards drawn as damaged.
+    """
 
     def __init__(self, view: xr.Dataset, damaged: Iterable[tuple[int, ...]] = ()) -> None:
         self.view = view
@@ -142,10 +161,21 @@ class ShardGrid:
 def shard_grid(
     inv: xr.Dataset, damaged: VerifyReport | Iterable[tuple[int, ...]] = ()
 ) -> ShardGrid:
-    """The shard grid of an :func:`~shardwise.inventory` to look at in a notebook (see
-    :class:`ShardGrid`); ``damaged``: the shards to draw as damaged, a
-    :func:`~shardwise.verify` report (its problems in the inventory's array) or shard
-    coordinates."""
+    """The shard grid of an ``shardwise.inventory``, to look at in a notebook.
+
+    Parameters
+    ----------
+    inv : xarray.Dataset
+        An array's inventory.
+    damaged : VerifyReport or iterable of tuple of int, optional
+        The shards to draw as damaged: a ``shardwise.verify`` report (its problems
+        in the inventory's array) or shard coordinates.
+
+    Returns
+    -------
+    ShardGrid
+        The grid, drawn in a notebook (see ``shardwise.ShardGrid``).
+    """
     if isinstance(damaged, VerifyReport):
         damaged = damaged.damaged_shards(str(inv.attrs.get("array", "")))
     return ShardGrid(shard_view(inv), damaged)

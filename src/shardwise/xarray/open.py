@@ -1,9 +1,9 @@
 """``shardwise.open_dataset``: a Zarr store opened exactly as ``engine="shardwise"`` opens
-it (xarray's own metadata and CF decoding, :mod:`shardwise.xarray.backend`), with every
-variable shardwise reads given the fan-out graph of :mod:`shardwise.graph.fanout`, and the
+it (xarray's own metadata and CF decoding, ``shardwise.xarray.backend``), with every
+variable shardwise reads given the fan-out graph of ``shardwise.graph.fanout``, and the
 ``chunks=`` words and sizes that group whole inner chunks into dask chunks.
 
-Apart from the write side (:mod:`shardwise.xarray.to_zarr`): reading shares nothing with
+Apart from the write side (``shardwise.xarray.to_zarr``): reading shares nothing with
 it but the backend.
 """
 
@@ -49,19 +49,67 @@ def open_dataset(
     that reads the chunk's inner chunks as coalesced byte ranges and decodes them;
     slicing before computing reads only the shards and inner chunks the slice needs.
 
-    ``chunks`` groups whole inner chunks into dask chunks:
+    Parameters
+    ----------
+    store : str, os.PathLike, zarr.abc.store.Store or icechunk.Session
+        The store: a path, a URL (with ``storage_options``), a zarr-python ``Store``
+        or an Icechunk session; Zarr v3, Zarr v2 or a store of the 2022 sharding draft.
+    chunks : str or dict, default "shards"
+        How whole inner chunks are grouped into dask chunks: ``"shards"`` (one dask
+        chunk per shard), ``"inner"`` (one per inner chunk: most parallel, many tasks),
+        ``"auto"`` (whole shards, or whole inner chunks of a shard, toward dask's
+        ``array.chunk-size``), or a dict by dimension name of any of those, an int
+        size, a tuple of sizes, ``-1`` (the whole dimension) or None (shards);
+        dimensions left out get shards. Sizes that cut inner chunks are moved to
+        inner-chunk boundaries with a ``shardwise.errors.ChunkRoundingWarning``.
+        Variables shardwise does not read itself (Zarr v2 arrays, strings) are chunked
+        by ``dask.array.from_array`` along their Zarr chunks.
+    group : str, optional
+        The group to open; the store's root when None.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    consolidated : bool, optional
+        As ``xr.open_zarr``'s: read consolidated metadata (True), do not (False), or
+        use it where there is some (None).
+    zarr_format : {2, 3}, optional
+        Insist on a Zarr format; found from the store when None.
+    read_options : ReadOptions or dict, optional
+        How reads coalesce byte ranges, use the index cache... (a
+        ``shardwise.ReadOptions`` or a dict of its fields).
+    mask_and_scale : bool, default True
+        As ``xarray.open_dataset`` takes it.
+    decode_times : bool or CFDatetimeCoder, default True
+        As ``xarray.open_dataset`` takes it.
+    concat_characters : bool, default True
+        As ``xarray.open_dataset`` takes it.
+    decode_coords : bool or {"coordinates", "all"}, default True
+        As ``xarray.open_dataset`` takes it.
+    drop_variables : str or list of str, optional
+        As ``xarray.open_dataset`` takes it.
+    use_cftime : bool, optional
+        As ``xarray.open_dataset`` takes it.
+    decode_timedelta : bool or CFTimedeltaCoder, optional
+        As ``xarray.open_dataset`` takes it.
+    create_default_indexes : bool, default True
+        As ``xarray.open_dataset`` takes it.
 
-    - ``"shards"`` (default): one dask chunk per shard;
-    - ``"inner"``: one per inner chunk (most parallel; many tasks);
-    - ``"auto"``: whole shards, or whole inner chunks of a shard, toward dask's
-      ``array.chunk-size``;
-    - a dict by dimension name of any of those, an int size, a tuple of sizes, ``-1``
-      (the whole dimension) or ``None`` (shards); dimensions left out get shards.
+    Returns
+    -------
+    xarray.Dataset
+        The dataset, lazily: nothing but the metadata (and the indexed coordinates) is
+        read until it is computed.
 
-    Sizes that cut inner chunks are moved to inner-chunk boundaries with a
-    :class:`~shardwise.errors.ChunkRoundingWarning`. Variables shardwise does not read
-    itself (Zarr v2 arrays, strings) are chunked by ``dask.array.from_array`` along their
-    Zarr chunks. ``read_options`` takes a :class:`~shardwise.ReadOptions` (or a dict).
+    Raises
+    ------
+    shardwise.ChunksError
+        ``chunks`` is not one of the forms above.
+    shardwise.errors.NotAZarrStoreError
+        No Zarr group is at ``store`` and ``group``.
+
+    Examples
+    --------
+    >>> ds = shardwise.open_dataset("data.zarr", chunks={"time": 24})
+    >>> ds.temperature.sel(time="2000-01").mean().compute()  # doctest: +SKIP
     """
     import xarray as xr
 

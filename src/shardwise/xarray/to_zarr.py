@@ -1,17 +1,17 @@
 """``shardwise.to_zarr``: xarray Datasets, DataArrays and DataTrees (and, handed on to
-:func:`shardwise.array.to_zarr`, single dask arrays) written to sharded Zarr v3, one task
+``shardwise.array.to_zarr``, single dask arrays) written to sharded Zarr v3, one task
 per shard.
 
 The metadata step is xarray's own (``ZarrStore.store`` through zarr-python), so the
 arrays, attributes and CF encodings are exactly what ``Dataset.to_zarr`` writes. Only
 the data step differs: xarray hands every dask variable to an ``ArrayWriter``, and
 shardwise's writer captures them instead of calling ``dask.array.store``
-(:mod:`shardwise.xarray.metadata_step`), then writes them all with one call of the
-array layer's write primitive (:func:`shardwise.array.store.store_arrays`, the
+(``shardwise.xarray.metadata_step``), then writes them all with one call of the
+array layer's write primitive (``shardwise.array.store.store_arrays``, the
 dask-array path's too), in which exactly one task writes each shard.
 
 Before anything is written the whole metadata step runs once against a copy-on-write
-view of the store (:class:`shardwise.io.overlay.OverlayStore`), so bad input fails with
+view of the store (``shardwise.io.overlay.OverlayStore``), so bad input fails with
 the store untouched; and ``mode="w"`` refuses to replace a store the data is read from.
 """
 
@@ -70,7 +70,7 @@ def _naming_client_errors(write: Any) -> Any:
     botocore's...) or a store's plain ``OSError`` (s3fs's for a 503 that outlasted its
     retries, a full disk), a reset connection or a timeout, from a request shardwise
     does not make itself (zarr-python's and xarray's, while they open and plan) raised
-    as a :class:`StoreIOError` naming the array or group and its metadata document, the
+    as a ``StoreIOError`` naming the array or group and its metadata document, the
     store's error as the cause. The ``OSError`` subclasses that answer a question
     (``FileNotFoundError``, ``FileExistsError``, ``PermissionError``...) go through as
     they are."""
@@ -135,86 +135,142 @@ def to_zarr(
     **zarr_array_kwargs: Any,
 ) -> Any:
     """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
-    does, with exactly one dask task writing each shard; or one ``dask.array.Array``
-    (see "dask arrays" below).
+    does, with exactly one dask task writing each shard; or one ``dask.array.Array``.
 
     Takes ``Dataset.to_zarr``'s arguments and per-variable encodings (``chunks``,
     ``shards``, ``compressors``, ``filters``, ``serializer``, ``dtype``, ``_FillValue``,
     ``scale_factor``, ``add_offset``, ``units``, ``calendar``...). Dask chunks of any
-    size and alignment are accepted and never rechunked; ``safe_chunks`` and
-    ``align_chunks`` are accepted for compatibility and not needed.
+    size and alignment are accepted and never rechunked.
 
-    Extra arguments:
-
-    shards, chunks
-        Shard and inner chunk sizes for every new variable: a mapping from dimension
+    Parameters
+    ----------
+    obj : xarray.Dataset, xarray.DataArray, xarray.DataTree or dask.array.Array
+        What to write. A dask array is written as ``shardwise.array.to_zarr``
+        writes it: one Zarr array at ``path``, with ``dask.array.to_zarr``'s parameters
+        and meaning (``component``, ``overwrite``, a ``zarr.Array`` as the store,
+        ``return_stored``, zarr-python's creation keywords); the Dataset's parameters
+        (``group``, ``encoding``, ``consolidated``, ``chunkmanager_store_kwargs``) are
+        refused with an array, and the array's with a Dataset.
+    store : str, os.PathLike, zarr.abc.store.Store or icechunk.Session
+        Where to write: a path, a URL (with ``storage_options``), a zarr-python
+        ``Store``, or a writable Icechunk session (or its ``session.store``). With a
+        session, the metadata is written in it and the data through a fork of it
+        (``session.fork()``) whose copies the tasks hand back, merged into the
+        session; nothing is committed unless ``commit`` is given.
+    mode : {"w", "w-", "a", "a-", "r+", "r"}, optional
+        As ``Dataset.to_zarr`` takes it.
+    group : str, optional
+        The group to write in; the store's root when None.
+    encoding : dict, optional
+        Per-variable encodings, as ``Dataset.to_zarr`` takes them (``chunks``,
+        ``shards``, ``compressors``...).
+    compute : bool, default True
+        Write the data now; with False, write the metadata and return a
+        ``dask.delayed`` that writes the data.
+    consolidated : bool, optional
+        As ``Dataset.to_zarr`` takes it.
+    append_dim : hashable, optional
+        The dimension to append along; the appended rows may cut shards, which are
+        merged with what is stored.
+    region : dict or "auto", optional
+        The part of the stored arrays to write, as ``Dataset.to_zarr`` takes it; it may
+        cut shards, which are merged with what is stored.
+    safe_chunks : bool, default True
+        Accepted for compatibility with ``Dataset.to_zarr``, and not needed: no dask
+        chunking can make two tasks write one shard.
+    align_chunks : bool, default False
+        Accepted for compatibility, and not needed (nothing is rechunked).
+    zarr_format : {2, 3}, optional
+        The format of a new store; zarr-python's default when None.
+    write_empty_chunks : bool, optional
+        Whether inner chunks that hold only the fill value are stored; zarr-python's
+        ``array.write_empty_chunks`` setting when None.
+    chunkmanager_store_kwargs : dict, optional
+        As ``Dataset.to_zarr`` takes them.
+    storage_options : dict, optional
+        Options of the fsspec file system a URL names (credentials, endpoint).
+    shards : dict, "auto", "dask" or None, optional
+        Shard sizes (and, with ``chunks``, inner chunk sizes) for every new variable: a mapping from dimension
         name to size (dimensions not named span the whole array, or the whole shard),
         or ``"auto"``: shards built from whole dask blocks toward dask config
         ``shardwise.shard-bytes`` (128 MiB), inner chunks dividing them toward
         ``shardwise.chunk-bytes`` (1 MiB). A variable's explicit ``encoding`` wins.
         Shards without inner chunks get ``"auto"`` inner chunks.
-
         ``shards="dask"``: every dask chunk becomes one shard, regular or not. Where a
         variable's dask chunks are irregular the shards form a *rectilinear* grid
         (variable-size shards; regular inner chunks that divide every shard but the
         last); this is also what happens when no shard shape is given. On an append,
         ``shards="dask"`` turns a regular array's grid rectilinear; appends to a
         rectilinear array always add the appended dask chunks as shards.
-    write_order
-        How inner chunks are laid out in a shard: ``"morton"`` (Z-order) or ``"C"``.
-    shards_per_task
+    chunks : dict or "auto", optional
+        Inner chunk sizes for every new variable, as ``shards``.
+    write_order : {"morton", "C"}, default "morton"
+        How inner chunks are laid out in a shard: Z-order or C order.
+    shards_per_task : int or "auto", optional
         For tiny shards: let one task write about this many shards, by grouping
         neighbouring dask chunks (never splitting one) that hold fewer; ``"auto"``
-        groups toward dask's ``array.chunk-size`` of data per task. ``None`` (default):
+        groups toward dask's ``array.chunk-size`` of data per task. None (default):
         one task per dask chunk, fused with the tasks that make the chunk.
-    encode_split
+    encode_split : int or "auto", optional
         For few large shards: split the encoding of each shard into about this many
         tasks (cutting dask chunks at inner chunk boundaries; one task per shard still
         makes the single put), so that every thread of the cluster works on them.
         ``"auto"``: only when the shards written are fewer than the threads, into about
-        threads / shards parts of at least 8 MiB. ``1``: never. ``None`` (default):
-        dask config ``shardwise.encode-split``, itself ``"auto"`` by default.
-    independent_writers
+        threads / shards parts of at least 8 MiB. ``1``: never. None (default): dask
+        config ``shardwise.encode-split``, itself ``"auto"`` by default.
+    independent_writers : bool or "auto", optional
         Whether to guard against other jobs (scripts, clusters, pods) writing the same
-        arrays while this one runs. Guarded, a shard this write covers in part is merged
-        with the stored one and put only if that is unchanged since it was read, else
-        read and merged again (optimistic concurrency); an append grows the array's
-        metadata the same way. Shards a task covers whole are put as they are.
+        arrays while this one runs. Guarded, a shard this write covers in part is
+        merged with the stored one and put only if that is unchanged since it was
+        read, else read and merged again (optimistic concurrency); an append grows the
+        array's metadata the same way. Shards a task covers whole are put as they are.
         ``"auto"`` (the default, through dask config ``shardwise.independent-writers``):
         guarded where the store can be; where it has no such put (``ZipStore``, fsspec
-        file systems other than S3) or the array is written through
-        ``dask.array.store`` (Zarr v2, variable-length strings), a write that would
-        need it goes ahead as ``Dataset.to_zarr``'s would, with an
-        :class:`~shardwise.errors.UnprotectedWriteWarning`. ``True``: guarded, and such
-        a write is refused before anything is written. ``False``: this job is the only
+        file systems other than S3, GCS and Azure), its folder's lock stays on one node
+        (NFS, Lustre...) or the array is written through ``dask.array.store`` (Zarr v2,
+        variable-length strings), a write that would need it goes ahead as
+        ``Dataset.to_zarr``'s would, with an
+        ``shardwise.errors.UnprotectedWriteWarning``. True: guarded, and such a
+        write is refused before anything is written. False: this job is the only
         writer; plain puts, the last one wins.
-    progress
-        Show a bar of the write's tasks while it computes (tqdm's auto mode: a widget in
-        a notebook, text on stderr in a terminal; the cluster's progress when a
-        ``distributed.Client`` is the default scheduler). Off by default, as dask's own.
+    commit : str, optional
+        With an Icechunk session: commit it with this message once the data are
+        written, and return the snapshot id.
+    progress : bool, default False
+        Show a bar of the write's tasks while it computes (tqdm's auto mode: a widget
+        in a notebook, text on stderr in a terminal; the cluster's progress when a
+        ``distributed.Client`` is the default scheduler).
+    path : str, optional
+        With a dask array: its path in the store (``component`` is dask's name for
+        it); the other parameters of an array (``compressors``, ``filters``,
+        ``serializer``, ``fill_value``, ``attributes``, ``dimension_names``,
+        ``return_stored``, ``overwrite``, zarr-python's creation keywords) are
+        ``shardwise.array.to_zarr``'s.
 
-    Returns xarray's ``ZarrStore``, or with ``compute=False`` a ``dask.delayed`` that
-    writes the data (the metadata is written already) and returns it.
+    Returns
+    -------
+    xarray.backends.ZarrStore, zarr.Array, str or dask.delayed.Delayed
+        For a Dataset, xarray's ``ZarrStore`` over the store written; for a dask
+        array, the ``zarr.Array``; with ``commit``, the snapshot id. With
+        ``compute=False``, a ``dask.delayed`` that writes the data (the metadata is
+        written already) and returns that; with an Icechunk session it computes to the
+        merged fork session (``session.merge(delayed.compute())``, then commit).
 
-    Icechunk
-        ``store`` may be a writable ``icechunk.Session`` (or its ``session.store``): the
-        metadata is written in the session, the data through a fork of it
-        (``session.fork()``) whose copies the tasks hand back, merged and then merged
-        into the session. Nothing is committed unless ``commit="message"`` is given;
-        then the snapshot id is returned. With ``compute=False`` the delayed computes to
-        the merged fork session: ``session.merge(delayed.compute())``, then commit.
+    Raises
+    ------
+    shardwise.WriteError, shardwise.ChunksError, shardwise.errors.ArgumentError
+        Before anything is written: options, encodings, regions or chunkings that do
+        not fit the store, each naming the variable and what to do.
+    shardwise.ConflictError
+        Another job kept changing a shard this write merges into, through every try
+        (dask config ``shardwise.write-retries``).
+    shardwise.StoreIOError
+        The store failed; the error names the array and the key.
 
-    dask arrays
-        ``to_zarr(x, store, path="a/b", ...)`` with a ``dask.array.Array`` ``x`` is
-        :func:`shardwise.array.to_zarr`: one Zarr array at ``path``, created with
-        zarr-python, written with the same graph and guarantees, and
-        ``dask.array.to_zarr``'s parameters with dask's meaning (``component``,
-        ``overwrite``, a ``zarr.Array`` as the store, ``return_stored``, zarr-python's
-        creation keywords). Returns the ``zarr.Array``, or with ``compute=False`` a
-        ``dask.delayed``. ``group``, ``encoding``, ``consolidated`` and
-        ``chunkmanager_store_kwargs`` are a Dataset's and refused with an array; ``path``,
-        ``component``, ``overwrite``, ``return_stored`` and the creation keywords are an
-        array's and refused with a Dataset.
+    Examples
+    --------
+    >>> shardwise.to_zarr(ds, "data.zarr", encoding={"temperature": {"shards": (100, 720, 1440)}})  # doctest: +SKIP
+    >>> shardwise.to_zarr(ds_next, "data.zarr", append_dim="time")  # doctest: +SKIP
     """
     given = _given(locals())
     options = WriteOptions(**{k: given.pop(k) for k in _OPTIONS if k in given})
