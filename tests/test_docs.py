@@ -96,6 +96,19 @@ def test_user_guide_blocks_run(tmp_path, monkeypatch):
     assert isinstance(namespace["report"], shardwise.VerifyReport) and namespace["report"].ok
 
 
+@CONSOLIDATED
+def test_the_readme_quick_start_runs(tmp_path, monkeypatch):
+    """The README's quick start, as a new user would paste it, in a fresh folder."""
+    namespace: dict = {}
+    assert run_blocks(ROOT / "README.md", tmp_path, namespace, monkeypatch) == 1
+    stored = xr.open_dataset(tmp_path / "data.zarr", engine="shardwise", chunks={})
+    assert stored.sizes["time"] == 730
+    xr.testing.assert_equal(
+        stored.temperature.isel(time=slice(365, None)).drop_vars("time"),
+        namespace["more"].temperature.drop_vars("time"),
+    )
+
+
 def test_inventory_page_blocks_run(tmp_path, monkeypatch):
     namespace: dict = {}
     assert run_blocks(DOCS / "inventory.md", tmp_path, namespace, monkeypatch) == 6
