@@ -189,3 +189,19 @@ def test_the_stores_table_is_the_same_on_both_pages():
 def test_the_engine_says_what_it_is_and_where_to_read_about_it():
     entry = xr.backends.list_engines()["shardwise"]
     assert "shard" in entry.description and entry.url.startswith("https://")
+
+
+def test_user_pages_speak_of_the_software_not_of_its_history():
+    """No user page, the README and the changelog included, refers to the project's
+    issues or to what the code used to do. (docs/benchmarks.md is still organized by
+    the issues that asked for its measurements: being rewritten by question.)"""
+    history = re.compile(r"\bissues? \d+|\bthan before\b|\bas before\b|\bBefore, ", re.I)
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]
+    found = [
+        f"{page.name}:{n}: {line.strip()[:80]}"
+        for page in pages
+        if page.name not in ("benchmarks.md", "changelog.md")  # (changelog.md: CHANGELOG.md)
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if history.search(line)
+    ]
+    assert not found, "\n".join(found)
