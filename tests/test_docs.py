@@ -37,7 +37,7 @@ def test_every_public_name_has_a_docstring_and_an_api_entry_at_its_public_path()
     assert spec is not None and spec.loader is not None
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
-    hook.on_pre_build({"docs_dir": str(DOCS)})  # (raises, naming what is missing)
+    assert hook.problems(DOCS) == []
 
 
 def test_the_top_level_holds_what_users_call():

@@ -11,8 +11,6 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from mkdocs.exceptions import PluginError
-
 PUBLIC_MODULES = ("shardwise", "shardwise.errors", "shardwise.cache", "shardwise.array")
 
 
@@ -34,11 +32,12 @@ def _numpydoc_missing(obj: Any) -> str | None:
     return None
 
 
-def on_pre_build(config: Any) -> None:
+def problems(docs_dir: str | Path) -> list[str]:
+    """What the API reference in ``docs_dir`` lacks (see the module's description)."""
     import shardwise
 
-    api = (Path(config["docs_dir"]) / "api.md").read_text()
-    problems = []
+    api = (Path(docs_dir) / "api.md").read_text()
+    found = []
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(module_name)
         for name in module.__all__:
@@ -47,11 +46,18 @@ def on_pre_build(config: Any) -> None:
             obj = getattr(module, name)
             where = "shardwise" if name in shardwise.__all__ else module_name
             if not (obj.__doc__ or "").strip():
-                problems.append(f"{where}.{name} has no docstring")
+                found.append(f"{where}.{name} has no docstring")
             if f"::: {where}.{name}\n" not in api:
-                problems.append(f"{where}.{name} is not in docs/api.md (add '::: {where}.{name}')")
+                found.append(f"{where}.{name} is not in docs/api.md (add '::: {where}.{name}')")
             missing = _numpydoc_missing(obj)
             if missing:
-                problems.append(f"{where}.{name}'s docstring has no {missing} section (numpydoc)")
-    if problems:
-        raise PluginError("undocumented public names: " + "; ".join(problems))
+                found.append(f"{where}.{name}'s docstring has no {missing} section (numpydoc)")
+    return found
+
+
+def on_pre_build(config: Any) -> None:
+    from mkdocs.exceptions import PluginError
+
+    found = problems(config["docs_dir"])
+    if found:
+        raise PluginError("undocumented public names: " + "; ".join(found))
