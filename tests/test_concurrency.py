@@ -38,8 +38,9 @@ REGION_ROWS = 10
 
 
 def start(cfg: dict) -> subprocess.Popen:
+    # (-X faulthandler: a job that dies of a signal prints every thread's stack first)
     return subprocess.Popen(
-        [sys.executable, str(WORKER), json.dumps(cfg)],
+        [sys.executable, "-X", "faulthandler", str(WORKER), json.dumps(cfg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -47,14 +48,22 @@ def start(cfg: dict) -> subprocess.Popen:
 
 
 def run_all(cfgs: list[dict], timeout: float = 300) -> list[dict]:
-    """Start every job at once; each must exit 0."""
+    """Start every job at once; each must exit 0. Every job is waited for, and its pipes
+    closed, whatever happens to the others (a failing job fails the test, not the next
+    one on this worker with an unclosed pipe)."""
     procs = [start(c) for c in cfgs]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        assert p.returncode == 0, stderr[-4000:]
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
+    results: list[tuple[int, str, str]] = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            results.append((p.returncode, stdout, stderr))
+    finally:
+        for p in procs[len(results) :]:  # (those not waited for: a timeout)
+            p.kill()
+            p.communicate()
+    for code, _, stderr in results:
+        assert code == 0, f"exit {code}; stderr: {stderr[-4000:]}"
+    return [json.loads(stdout.strip().splitlines()[-1]) for _, stdout, _ in results]
 
 
 def expected_regions(rounds: int) -> np.ndarray:
