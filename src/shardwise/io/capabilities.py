@@ -214,7 +214,9 @@ def conditional(store: Any) -> Conditional | None:
         ):
             return S3fsConditional(fsspec)
         if getattr(fs, "asynchronous", False):
-            gcsfs, adlfs = sys.modules.get("gcsfs"), sys.modules.get("adlfs")
+            # (gcsfs.core's class: gcsfs.GCSFileSystem may be its experimental subclass,
+            # and fsspec may hand out either)
+            gcsfs, adlfs = sys.modules.get("gcsfs.core"), sys.modules.get("adlfs")
             if gcsfs is not None and isinstance(fs, gcsfs.GCSFileSystem):
                 return GcsfsConditional(fsspec)
             if adlfs is not None and isinstance(fs, adlfs.AzureBlobFileSystem):
