@@ -23,6 +23,7 @@ from shardwise.io.versioned import (
     Got,
     Stale,
     Version,
+    http_range,
     total_size,
 )
 
@@ -57,21 +58,6 @@ def _status(error: Any) -> tuple[int | None, str | None]:
         response.get("ResponseMetadata", {}).get("HTTPStatusCode"),
         response.get("Error", {}).get("Code"),
     )
-
-
-def _http_range(byte_range: Any) -> str:
-    """An HTTP ``Range`` header for a zarr-python ``ByteRequest`` (not empty)."""
-    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-
-    if isinstance(byte_range, RangeByteRequest):
-        if byte_range.end <= byte_range.start:
-            raise ValueError(f"an empty byte range cannot be requested: {byte_range}")
-        return f"bytes={byte_range.start}-{byte_range.end - 1}"
-    if isinstance(byte_range, SuffixByteRequest):
-        return f"bytes=-{byte_range.suffix}"
-    if isinstance(byte_range, OffsetByteRequest):
-        return f"bytes={byte_range.offset}-"
-    raise TypeError(f"unknown byte range {byte_range!r}")
 
 
 def _object_size(response: dict[str, Any]) -> int | None:
@@ -156,7 +142,7 @@ class S3fsConditional(FsspecConditional):
         client = await _compat.s3fs_client(self.fs, bucket)
         request: dict[str, str] = {}
         if byte_range is not None:
-            request["Range"] = _http_range(byte_range)
+            request["Range"] = http_range(byte_range)
         if expected is not None:
             request["IfMatch"] = expected.tag[1]
 

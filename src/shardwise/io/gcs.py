@@ -33,28 +33,13 @@ from shardwise.io.versioned import (
     Got,
     Stale,
     Version,
+    http_range,
     total_size,
 )
 
 __all__ = ["GcsfsConditional"]
 
 _BOUNDARY = "==shardwise-part=="
-
-
-def _http_range(byte_range: Any) -> str | None:
-    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
-
-    if byte_range is None:
-        return None
-    if isinstance(byte_range, RangeByteRequest):
-        if byte_range.end <= byte_range.start:
-            raise ValueError(f"an empty byte range cannot be requested: {byte_range}")
-        return f"bytes={byte_range.start}-{byte_range.end - 1}"
-    if isinstance(byte_range, SuffixByteRequest):
-        return f"bytes=-{byte_range.suffix}"
-    if isinstance(byte_range, OffsetByteRequest):
-        return f"bytes={byte_range.offset}-"
-    raise TypeError(f"unknown byte range {byte_range!r}")
 
 
 class GcsfsConditional(FsspecConditional):
@@ -69,8 +54,8 @@ class GcsfsConditional(FsspecConditional):
         if expected is not None and not expected.absent:
             params["generation"] = str(expected.tag[1])
         headers: dict[str, str] = {}
-        if (wanted := _http_range(byte_range)) is not None:
-            headers["Range"] = wanted
+        if byte_range is not None:
+            headers["Range"] = http_range(byte_range)
         try:
             with client_errors(self._path(key)):  # (a body cut short: the request again)
                 answer, data = await retrying(

@@ -21,6 +21,7 @@ __all__ = [
     "Version",
     "distinct",
     "span",
+    "http_range",
     "total_size",
 ]
 
@@ -162,6 +163,21 @@ class FsspecConditional(AsyncConditional):
         """``bucket/object`` of ``key``, as the file system names it."""
         bucket, name = self._where(key)
         return f"{bucket}/{name}"
+
+
+def http_range(byte_range: Any) -> str:
+    """An HTTP ``Range`` header for a zarr-python ``ByteRequest`` (not empty)."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        if byte_range.end <= byte_range.start:
+            raise ValueError(f"an empty byte range cannot be requested: {byte_range}")
+        return f"bytes={byte_range.start}-{byte_range.end - 1}"
+    if isinstance(byte_range, SuffixByteRequest):
+        return f"bytes=-{byte_range.suffix}"
+    if isinstance(byte_range, OffsetByteRequest):
+        return f"bytes={byte_range.offset}-"
+    raise TypeError(f"unknown byte range {byte_range!r}")
 
 
 def total_size(content_range: Any, length: int | None) -> int | None:
