@@ -82,21 +82,17 @@ class ReshardReport:
     ----------
     arrays, groups : list of str
         The arrays and groups written.
-    repacked : list of str
-        The arrays whose compressed chunks were moved as bytes.
-    reencoded : list of str
-        The arrays decoded and encoded again (other chunk sizes or codecs).
-    copied : list of str
-        The arrays shardwise does not read (strings...), copied through zarr-python.
+    repacked, reencoded, copied : list of str
+        The arrays whose compressed chunks were moved as bytes; those decoded and
+        encoded again (other chunk sizes or codecs); those shardwise does not read
+        (strings...), copied through zarr-python.
     shards : int
         The target shards planned (those with source data).
-    shards_written, shards_skipped : int
-        The shards written, and those found whole in the destination (``mode="a"``).
+    shards_written, shards_skipped, chunks_repacked, chunks_reencoded : int
+        The shards written, those found whole in the destination (``mode="a"``), the
+        inner chunks moved as bytes and those encoded again.
     bytes_read, bytes_written : int
-        The encoded bytes moved (repacked) or the values decoded (re-encoded), and the
-        bytes written.
-    chunks_repacked, chunks_reencoded : int
-        The inner chunks moved as bytes, and those encoded again.
+        The encoded bytes moved or the values decoded, and the bytes written.
     """
 
     arrays: list[str] = field(default_factory=list)
