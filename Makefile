@@ -18,7 +18,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test soak venvs test-main test-lowest test-3.13 chromium azurite lint docs docs-serve bench bench-scaling clean
+.PHONY: demo test soak venvs test-main test-lowest test-3.13 chromium azurite lint docs docs-serve bench bench-quick clean
 
 # Packages are installed with uv (from PyPI, into each environment by pip first): the
 # same versions pip resolves here, in seconds where pip takes minutes. Compiled to
@@ -50,8 +50,8 @@ demo: $(RUNTIME)
 	$(BIN)/python -m shardwise.demo
 
 lint: $(STAMP)
-	$(TIMED) ruff $(BIN)/ruff check src tests benchmarks .ci
-	$(TIMED) ruff-format $(BIN)/ruff format --check src tests benchmarks .ci
+	$(TIMED) ruff $(BIN)/ruff check src tests benchmarks .ci docs/_hooks
+	$(TIMED) ruff-format $(BIN)/ruff format --check src tests benchmarks .ci docs/_hooks
 	$(TIMED) mypy $(BIN)/mypy
 	$(TIMED) lint-imports $(BIN)/lint-imports --no-cache
 
@@ -168,24 +168,13 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+# the benchmarks, one after the other (hours; results in benchmarks/results/, see
+# docs/benchmarks/); `make bench-quick` is a smoke run of all of them at small sizes
 bench: $(STAMP)
-	$(BIN)/python benchmarks/peers.py --data u2-3d,f4-2d,f4-3d
-	$(BIN)/python benchmarks/read_throughput.py
-	$(BIN)/python benchmarks/write_throughput.py
-	$(BIN)/python benchmarks/read_fanout.py
-	$(BIN)/python benchmarks/rectilinear.py
-	$(BIN)/python benchmarks/encode_split.py
-	$(BIN)/python benchmarks/migrate.py
-	$(BIN)/python benchmarks/reshard.py
-	$(BIN)/python benchmarks/inventory.py
-	$(BIN)/python benchmarks/task_profile.py
-	$(BIN)/python benchmarks/single_shard.py
-	$(BIN)/python benchmarks/icechunk_misaligned.py
-	$(BIN)/python benchmarks/decode_bomb.py
-	$(BIN)/python benchmarks/giant_grid.py
+	$(BIN)/python benchmarks/run.py all
 
-bench-scaling: $(STAMP)
-	$(BIN)/python benchmarks/scaling.py
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/run.py --quick all
 
 clean:
 	rm -rf $(VENV) $(LOWEST) $(PY313) .ci/azurite/node_modules demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,8 +1,8 @@
 """Independent writers of one array: what the guard costs one writer, and what it does
-for several (issue 31).
+for several.
 
 1. ONE WRITER, guarded (``independent_writers=True``, the default) against unguarded
-   (``False``: plain puts, as before), alternated in one process, ``--repeats`` times:
+   (``False``: plain puts), alternated in one process, ``--repeats`` times:
    - region writes: 400 calls each writing 10 rows of a 4000 x 256 float64 array in
      shards of 100 rows (inner chunks of 20 rows), so every call merges into a shard;
    - appends: 100 calls each appending 7 rows (cutting shards of 100 rows);
@@ -18,7 +18,7 @@ for several (issue 31).
    local disk, and on S3 (moto's server with its writes serialized, as the tests use
    it) with ``--s3``.
 
-Results with the machine description go in docs/benchmarks.md.
+Results with the machine description go in docs/benchmarks/concurrency.md.
 
     python benchmarks/concurrency.py [--repeats 5] [--rounds 3] [--s3]
 """

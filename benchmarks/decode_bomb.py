@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import DATA_DIR, machine
+from common import DATA_DIR, machine
 
 SHAPE, INNER = (1024, 1024), (256, 256)
 

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import DATA_DIR, CpuMeter, machine, make_field, print_cpu, timed
+from common import DATA_DIR, machine
+from read_throughput import CpuMeter, make_field, print_cpu, timed
 from throughput_common import CompressFloor
 from write_throughput import two_workers
 

@@ -1,7 +1,7 @@
 """``shardwise info`` on a giant sparse grid: time and memory against the shards stored.
 
-Issue 27: what ``info``, ``verify`` and opening an array cost must follow the shards
-*stored*, never the grid. The array is the issue's: 10**9 x 10**9 float32 in shards of
+What ``info``, ``verify`` and opening an array cost must follow the shards
+*stored*, never the grid. The array: 10**9 x 10**9 float32 in shards of
 100 x 100 (a grid of 10**7 x 10**7 = 10**14 shards) of inner chunks of 10 x 10, with
 ``--stored`` shards written (1, 10, 100 and 1,000 by default; one value each, at
 scattered places, by zarr-python) to local stores under ``benchmarks/data/``. For each:
@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import DATA_DIR, machine
 from inventory import measure
-from read_throughput import DATA_DIR, machine, timed
+from read_throughput import timed
 
 SHARD, INNER = 100, 10
 GRID = 10**7  # shards per dimension

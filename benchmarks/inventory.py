@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import DATA_DIR, machine, timed
+from common import DATA_DIR, machine
+from read_throughput import timed
 
 INNER = 4  # values per inner chunk
 PER_SHARD = 4  # inner chunks per shard

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
+from common import DATA_DIR, machine
+from read_throughput import CpuMeter, print_cpu, timed
 from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
 
 SHAPE = (256, 1024, 1024)

@@ -1,4 +1,4 @@
-"""shardwise against the fastest peers (issue 30): whole-array reads and read-then-write
+"""shardwise against the fastest peers: whole-array reads and read-then-write
 round trips, side by side with zarr-python, zarr-python under zarrs' Rust codec
 pipeline, tensorstore and the codec floor.
 
@@ -31,7 +31,7 @@ start, imports and a cluster's start are not), rounds interleaved across methods
     decode + place         the floor, each decoded chunk then copied into its place in a
                            fresh output array: the least work a read into new memory does
     shardwise              shardwise.ArrayReader.open(path, "v")[...] (every core)
-    shardwise 1 thread     the same with ReadOptions(threads=1) (before issue 30)
+    shardwise 1 thread     the same with ReadOptions(threads=1)
     shardwise xarray       xr.open_dataset(path, engine="shardwise").v.values (no chunks)
     shardwise dask         shardwise.from_zarr(path, "v").compute() (dask's threads)
     shardwise xarray dask  xr.open_dataset(..., engine="shardwise", chunks={}).v.values
@@ -51,7 +51,7 @@ start, imports and a cluster's start are not), rounds interleaved across methods
     shardwise dask via values
                            the same with an identity map_blocks between read and write:
                            each task then holds its block of values (the path of any
-                           computation, and of every such write before issue 30)
+                           computation)
     shardwise cluster      the same on a LocalCluster of 2 worker processes x 1 thread
     zarrs                  zarr-python under zarrs' pipeline: out[...] = src[...], as
                            zarrs' own round-trip benchmark does

@@ -98,7 +98,8 @@ import numpy as np
 
 # run as a script, this directory is on sys.path: the same data directory, store cache
 # check, machine description and CPU meter as the read benchmark
-from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, store_matches, timed
+from common import DATA_DIR, machine
+from read_throughput import CpuMeter, print_cpu, store_matches, timed
 
 DIMS = ("time", "y", "x")
 # bump RECIPE_VERSION whenever make_field changes, so cached stores are rewritten

@@ -60,7 +60,7 @@ the median and min-max over its timed runs, GB/s and the ratio to the floor (flo
 every byte, each zstd frame declaring an inner chunk's size; the references read equal
 arrays; the cluster's sums agree with the references' (float64) sum to float32 rounding.
 
-The project's targets (issue 15; reported here, never asserted): shardwise on the
+The project's goals (reported here, never asserted): shardwise on the
 cluster reaches >= 0.75 of the floor with 1 MiB inner chunks and >= 0.65 with 64 KiB
 ones, in both shapes; secondary: it is >= 2x faster than ``xr.open_zarr`` with its
 default chunks.
@@ -91,21 +91,19 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 # run as a script, this directory is on sys.path
+from common import DATA_DIR, machine
 from throughput_common import (
     FLOOR_RUNS,
     DecodeFloor,
@@ -117,7 +115,6 @@ from throughput_common import (
     zarr_pipelines,
 )
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 DIMS = ("y", "x")
 SHARD = (4096, 4096)  # 64 MiB of float32
 INNER = {"1 MiB": (512, 512), "64 KiB": (128, 128)}
@@ -547,23 +544,6 @@ def print_cpu(cpu: dict[str, Any] | None) -> None:
         print("WARNING: the machine was not idle; the timings above are pessimistic and noisy")
 
 
-def machine() -> dict[str, Any]:
-    from throughput_common import cpu_and_ram
-
-    cpu, ram = cpu_and_ram()
-    cpu = cpu or platform.processor() or "unknown"
-    packages = ("shardwise", "zarr", "xarray", "dask", "distributed", "numcodecs", "numpy")
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "ram_gib": None if ram is None else round(ram / 2**30, 1),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        **{p: version(p) for p in packages},
-    }
-
-
 def print_report(
     results: dict[str, dict[str, Result]],
     fields: dict[str, Field],
@@ -616,7 +596,7 @@ def print_report(
         )
         print("-" * len(header))
 
-    print("targets (issue 15; reported, not asserted):")
+    print("goals (reported, not asserted):")
     for key, s in summary.items():
         got, want = s["shardwise_vs_floor"], TARGETS[s["inner"]]
         print(

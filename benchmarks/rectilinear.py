@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
+from common import DATA_DIR, machine
+from read_throughput import CpuMeter, print_cpu, timed
 from write_throughput import MIB, Memory, memory_probe, two_workers, worker_mib
 
 MONTHS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)

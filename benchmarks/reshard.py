@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import DATA_DIR, machine
 from migrate import INNER, SHAPE, SHARD, values_of
-from read_throughput import DATA_DIR, CpuMeter, machine, print_cpu, timed
+from read_throughput import CpuMeter, print_cpu, timed
 from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
 
 OTHER_INNER = (4, 256, 256)

@@ -52,7 +52,8 @@ import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 sys.path.insert(0, str(Path(__file__).parent))
-from read_throughput import CpuMeter, machine, print_cpu
+from common import machine
+from read_throughput import CpuMeter, print_cpu
 
 SHARD = (64, 64)
 INNER = (16, 64)

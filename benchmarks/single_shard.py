@@ -1,7 +1,7 @@
 """One shard read whole in one process, on one thread: shardwise against the decode
 floor and a compiled reader.
 
-The question (issue 15): would a compiled per-chunk loop read a shard of many small
+The question: would a compiled per-chunk loop read a shard of many small
 inner chunks faster than shardwise's Python loop? For the first shard (64 MiB) of each
 throughput store (benchmarks/data, read_throughput.py's recipe: 2-D and 3-D fields,
 inner chunks of 1 MiB and 64 KiB, zstd level 1), best and median of ``--repeats`` runs:
@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from read_throughput import ensure_store, load_compressed, machine, selected_fields
+from common import machine
+from read_throughput import ensure_store, load_compressed, selected_fields
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """Where a read task's and a write task's time goes, per shard, next to the codec floor.
 
-Issue 15 asks for "a profile of one task: file read, decode, copy into the output, page
-faults, sum, scheduling". This script measures it on the throughput benchmarks' data
+A profile of one task (file read, decode, copy into the output, page faults, sum,
+scheduling), measured on the throughput benchmarks' data
 (the 1 GiB 2-D field and the 512^3 3-D field, 64 MiB shards, zstd level 1, inner chunks
 of 1 MiB and 64 KiB; stores cached in benchmarks/data by read_throughput.py's recipe):
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from common import cpu_and_ram, package_versions  # noqa: F401 (re-exported)
+
 FLOOR_RUNS = 3  # floors and single-process references: best of 3 after one warm-up
 FUSED_PIPELINE = "zarr.core.codec_pipeline.FusedCodecPipeline"
 COMPRESSORS = ("numcodecs.Zstd", "zstandard.ZstdCompressor", "ZSTD_compress2 (cffi)")
@@ -173,19 +175,6 @@ def write_group_metadata(path: Path) -> None:
     (path / "zarr.json").write_text(json.dumps(doc))
 
 
-def package_versions(*names: str) -> dict[str, str]:
-    """The installed versions of ``names`` ("not installed" where one is missing)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in names:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "not installed"
-    return found
-
-
 # -- timing ------------------------------------------------------------------------------
 def interleaved(
     runs: dict[str, Callable[[], Any]],
@@ -217,25 +206,6 @@ def interleaved(
             shown.append(f"{m} {seconds:.2f} s{rate}")
         print(f"{indent}{'warm-up' if rnd == 0 else f'round {rnd}'}: " + ", ".join(shown))
     return times
-
-
-def cpu_and_ram() -> tuple[str | None, int | None]:
-    """The CPU model and the total RAM in bytes, from /proc (None where it does not say)."""
-    from pathlib import Path
-
-    cpu, ram = None, None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) * 1024
-                break
-    except OSError:
-        pass
-    return cpu, ram
 
 
 def smooth_field(

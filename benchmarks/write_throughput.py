@@ -84,7 +84,7 @@ of every reference peer is checked once, outside the timing (after its warm-up):
 metadata as requested, and every shard read back with zarr-python equal to the input
 (the array computed in this process, so the check also covers the workers' copy).
 
-The project's targets (issue 15; reported here, never asserted): shardwise reaches >=
+The project's goals (reported here, never asserted): shardwise reaches >=
 0.85 of the floor with 1 MiB inner chunks and >= 0.8 with 64 KiB ones, and is >= 1.3x
 faster than ``ds.to_zarr``, in both shapes; in part 2 its peak worker memory is <= half
 of xarray's with ``align_chunks=True``.
@@ -711,7 +711,7 @@ def print_report(
             print("\n".join(notes))
 
     print()
-    print("Targets (issue 15; reported, not asserted):")
+    print("Goals (reported, not asserted):")
     print()
     print("| target | measured | |")
     print("|---|---:|---|")

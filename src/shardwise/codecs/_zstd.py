@@ -69,7 +69,7 @@ class ZstdEncode:
     """zstd compression with one compression context per thread reused from chunk to
     chunk. (numcodecs creates a context for every chunk: in dask workers, whose
     allocator returns freed memory to the system at once, that made compressing 64 KiB
-    chunks about 1.6x slower; see docs/benchmarks.md.) :meth:`encode_into` compresses
+    chunks about 1.6x slower; see docs/benchmarks/writing.md.) :meth:`encode_into` compresses
     straight into the caller's memory through libzstd's ``ZSTD_compress2`` (python-
     zstandard's cffi binding), so no output is allocated per chunk. The frames record the
     content size, as numcodecs' do, so every zstd decoder reads them; both methods give

@@ -42,7 +42,38 @@ __all__ = ["ArraySummary", "Info", "info"]
 @dataclass(frozen=True, slots=True)
 class ArraySummary:
     """One array in ``Info``: its geometry and codecs, and (``error`` None) what
-    its inventory counted."""
+    its inventory counted.
+
+    Attributes
+    ----------
+    path : str
+        The array's path in the group.
+    shape : tuple of int
+        The array's shape.
+    dtype : str
+        Its data type, as numpy names it.
+    dimension_names : tuple of str or None, or None
+        The dimension names in its metadata.
+    shard_shape : tuple or None
+        The shard shape (for rectilinear grids, per dimension the sizes); None for an
+        unsharded array.
+    chunk_shape : tuple
+        The inner chunks' shape (the chunks of an unsharded array).
+    codecs : str
+        The codec chain, in one line.
+    raw_bytes : int
+        The bytes the values take in memory.
+    stored_bytes : int or None
+        The bytes stored: inner chunks and indexes (None when not scanned).
+    ratio : float or None
+        ``raw_bytes / stored_bytes``.
+    shards_present, shards_total : int or None
+        Shards stored, and shards in the grid.
+    chunks_present, chunks_total : int or None
+        Inner chunks stored, and inner chunks in the grid.
+    error : str or None
+        Why the array could not be scanned (None when it was).
+    """
 
     path: str
     shape: tuple[int, ...]

@@ -66,11 +66,11 @@ from shardwise.graph.progress import compute as compute_with_progress
 from shardwise.io.opener import has_zarr_json
 from shardwise.io.sources import KINDS, Source, open_source
 from shardwise.io.stores import check_apart, check_replaceable, location
+from shardwise.tools._copied import copy_plan, copy_whole, open_copyable
 
 __all__ = ["ReshardReport", "prepare", "reshard"]
 
 Sizes = Mapping[str, int] | str | None
-COPY_LIMIT = 256 * 2**20  # arrays shardwise cannot read are copied whole up to this size
 
 
 @dataclass
@@ -513,7 +513,7 @@ def prepare(
     _check_sizes("chunks", chunks, known)
     opened = {}  # the arrays copied whole, opened once
     for rel, err in unreadable.items():
-        opened[rel] = _open_copyable(source, rel, err)
+        opened[rel] = open_copyable(source, rel, err)
 
     targets = {
         rel: _plan_array(
@@ -531,7 +531,7 @@ def prepare(
         parts = rel.split("/")[:-1]
         needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
     groups = sorted(g for g in source.groups if g in needed or variables is None)
-    copies = {rel: (arr, _copy_plan(arr, source, rel)) for rel, arr in opened.items()}
+    copies = {rel: (arr, copy_plan(arr, source, rel)) for rel, arr in opened.items()}
     # which target shards take data from which source objects (the source is listed)
     shards_of = {
         rel: shards_to_fill(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
@@ -555,7 +555,7 @@ def prepare(
                     _compat.sync(store.set(key_under(prefix, f"{_under(prefix, rel)}/{key}"), buf))
         for rel, (arr, copy) in copies.items():
             if not (resume and _compat.sync(store.exists(f"{_under(prefix, rel)}/zarr.json"))):
-                _copy_whole(arr, rel, root, copy, dry=dry)
+                copy_whole(arr, rel, root, copy, dry=dry)
 
     # a dry run into memory first: what zarr-python refuses (a fill value it cannot
     # encode, attributes that are not JSON) is refused before the first byte of dst
@@ -618,66 +618,6 @@ def prepare(
 def _under(prefix: str, rel: str) -> str:
     """The path of the array ``rel`` under the destination's root ``prefix``."""
     return "/".join(p for p in (prefix, rel) if p)
-
-
-def _open_copyable(source: Any, rel: str, err: Exception) -> Any:
-    """An array shardwise cannot read (strings, objects), opened through zarr-python to
-    be copied whole when small enough; others are refused before writing."""
-    import zarr
-
-    arr = zarr.open_array(source.store, path=f"{source.base}/{rel}".strip("/"), mode="r")
-    nbytes = math.prod(arr.shape) * max(arr.dtype.itemsize, 8)
-    if source.kind == "2022 sharding draft" or nbytes > COPY_LIMIT:
-        raise WriteError(
-            "an array cannot be resharded",
-            expected=f"arrays shardwise reads, or others up to {COPY_LIMIT // 2**20} MiB "
-            "(copied whole)",
-            found=str(err),
-            array=rel,
-            advice="Leave it out with variables=[...] and copy it with zarr-python.",
-        )
-    return arr
-
-
-def _copy_plan(arr: Any, source: Any, rel: str) -> dict[str, Any]:
-    """How a (small) array shardwise cannot read (``arr``, opened by zarr-python) is
-    copied, unsharded: ``create_array``'s arguments but the data (nothing is read yet)."""
-    attributes = dict(arr.attrs)
-    dims = attributes.pop("_ARRAY_DIMENSIONS", None)
-    fill = arr.metadata.fill_value
-    if arr.metadata.zarr_format == 2 and fill is not None and "_FillValue" not in attributes:
-        try:
-            attributes["_FillValue"] = _compat.FillValueCoder.encode(fill, arr.dtype)
-        except ValueError as e:
-            raise WriteError(
-                "the array's fill value cannot be written as xarray's _FillValue",
-                expected="a fill value of a data type xarray encodes",
-                found=f"{fill!r} of {arr.dtype}: {e}",
-                array=rel,
-                key=f"{source.base}/{rel}/.zarray".strip("/"),
-                advice="Leave the array out with variables=[...] (--var) and copy it with "
-                "zarr-python. Nothing was written.",
-            ) from e
-    if arr.metadata.zarr_format == 3:
-        dims = arr.metadata.dimension_names
-    return {
-        "shape": arr.shape,
-        "dtype": arr.dtype,
-        "chunks": arr.chunks,
-        "attributes": attributes,
-        "dimension_names": dims,
-        "fill_value": fill,
-    }
-
-
-def _copy_whole(arr: Any, rel: str, root: Any, plan: dict[str, Any], *, dry: bool) -> None:
-    """Copy a (small) array shardwise cannot read (``arr``, opened by zarr-python),
-    unsharded (with ``dry``: its metadata alone)."""
-    if dry:
-        root.create_array(rel, **plan)
-        return
-    kwargs = {k: v for k, v in plan.items() if k not in ("shape", "dtype")}
-    root.create_array(rel, data=arr[...], **kwargs)
 
 
 def _check_resumable(store: Any, where: str, metadata: Any, rel: str) -> None:

@@ -55,7 +55,23 @@ _BATCH = 32  # shards fetched concurrently, then checked in the calling thread
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One thing wrong: where, and the error a read would raise."""
+    """One thing wrong: where, and the error a read would raise.
+
+    Attributes
+    ----------
+    array : str
+        The array's path in the group.
+    key : str
+        The store key of the shard (or metadata) found wrong.
+    chunk : tuple of int or None
+        The inner chunk's coordinates within its shard, where one chunk is wrong.
+    error : str
+        The name of the error a read would raise, e.g. ``"ChecksumError"``.
+    message : str
+        The error's message.
+    shard : tuple of int or None
+        The shard's coordinates in the shard grid, for a shard's key.
+    """
 
     array: str
     key: str

@@ -1,0 +1,212 @@
+"""The benchmarks are one suite (``benchmarks/run.py``), and their pages in
+``docs/benchmarks/`` say what the runner runs and what it printed.
+
+Nothing here times anything: the figures are measured by the runner, never by tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+PAGES = ROOT / "docs" / "benchmarks"
+
+RUN_LINE = re.compile(r"^Run: `python benchmarks/run\.py ([a-z_]+)(?: -- [^`]*)?`", re.M)
+RECORDED = re.compile(r"`benchmarks/results/([a-z_]+)\.txt`")
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+# Sections whose figures were measured by the scripts alone, before run.py kept what they
+# print: each leaves this set when it is measured again through run.py and its section
+# names the result (``Recorded: `benchmarks/results/<name>.txt```).
+NOT_YET_RECORDED = {
+    "peers",
+    "read_throughput",
+    "read_fanout",
+    "single_shard",
+    "task_profile",
+    "write_throughput",
+    "rectilinear",
+    "encode_split",
+    "fault_matrix",
+    "concurrency",
+    "reader_consistency",
+    "scaling",
+    "migrate",
+    "reshard",
+    "inventory",
+}
+
+
+def _runner():
+    spec = importlib.util.spec_from_file_location("benchmarks_run", BENCH / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+RUNNER = _runner()
+
+
+def _sections(page: Path) -> list[tuple[str, str]]:
+    """(heading, text) of each ``## `` section of a page."""
+    parts = re.split(r"^## (.+)$", page.read_text(), flags=re.M)
+    return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _table_numbers(text: str) -> set[str]:
+    """The numbers of the figures in ``text``: those in the body rows of its markdown
+    tables (header rows and separators left out) and in its fenced blocks (output
+    copied as printed)."""
+    numbers: set[str] = set()
+    lines = text.splitlines()
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            numbers.update(NUMBER.findall(line))
+            continue
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        if i + 1 < len(lines) and re.fullmatch(r"[|\-: ]+", lines[i + 1]):
+            continue  # the header row
+        numbers.update(NUMBER.findall(line))
+    return numbers
+
+
+def test_every_script_is_in_the_runner():
+    scripts = {
+        p.stem
+        for p in BENCH.glob("*.py")
+        if p.name != "run.py" and 'if __name__ == "__main__"' in p.read_text()
+    }
+    registered = {b.name for b in RUNNER.BENCHMARKS}
+    assert scripts == registered, (scripts - registered, registered - scripts)
+    assert {b.question for b in RUNNER.BENCHMARKS} == set(RUNNER.QUESTIONS)
+
+
+def test_every_benchmark_has_a_section_on_its_question_page():
+    problems = []
+    for question in RUNNER.QUESTIONS:
+        page = PAGES / f"{question}.md"
+        if not page.exists():
+            problems.append(f"no page {page.relative_to(ROOT)}")
+            continue
+        runs = {}
+        for heading, text in _sections(page):
+            for name in RUN_LINE.findall(text):
+                runs[name] = heading
+                if not re.search(r"^Machine: ", text, re.M):
+                    problems.append(f"{page.name}: section {heading!r} has no 'Machine:' line")
+        for b in RUNNER.BENCHMARKS:
+            if b.question == question and b.name not in runs:
+                problems.append(f"{page.name}: no section runs {b.name}")
+        for name in runs:
+            if name not in RUNNER.BY_NAME or RUNNER.BY_NAME[name].question != question:
+                problems.append(f"{page.name}: runs {name}, not a benchmark of {question!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_docs_name_only_what_the_runner_runs():
+    """The docs, the README and the Makefile run benchmarks through ``run.py``, and every
+    ``benchmarks/run.py`` command in them selects something the runner has."""
+    names = {"all", *RUNNER.QUESTIONS, *RUNNER.BY_NAME}
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    problems = []
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for script in re.findall(r"python3? benchmarks/([a-z_]+)\.py", line):
+                if script != "run":
+                    problems.append(f"{path.name}:{n}: runs {script}.py, not run.py {script}")
+            for words in re.findall(r"benchmarks/run\.py((?: [a-z_-]+)*)", line):
+                selected = words.split(" -- ")[0].split()
+                for word in selected:
+                    if not word.startswith("-") and word not in names:
+                        problems.append(f"{path.name}:{n}: {word}")
+    assert not problems, "\n".join(problems)
+
+
+def test_recorded_figures_are_what_the_runner_printed():
+    """A section naming a result kept by the runner (``benchmarks/results/<name>.txt``)
+    shows in its tables only numbers that the result holds, and the result says how and
+    on what machine it was measured."""
+    problems = []
+    recorded: set[str] = set()
+    for page in sorted(PAGES.glob("*.md")):
+        for heading, text in _sections(page):
+            for name in RECORDED.findall(text):
+                result = BENCH / "results" / f"{name}.txt"
+                if not result.exists():
+                    problems.append(f"{page.name}: {heading!r}: {result.name} is not kept")
+                    continue
+                recorded.add(name)
+                printed = result.read_text()
+                for field in ("command", "runs", "date", "machine", "versions"):
+                    if f"\n# {field}: " not in "\n" + printed:
+                        problems.append(f"{result.name}: no '# {field}:' line")
+                if "# exit status 0 " not in printed:
+                    problems.append(f"{result.name}: the run did not end with status 0")
+                tokens = set(NUMBER.findall(printed))
+                tokens |= {t.replace(",", "") for t in tokens}
+                missing = sorted(_table_numbers(text) - tokens)
+                if missing:
+                    problems.append(f"{page.name}: {heading!r}: not in {result.name}: {missing}")
+    assert not problems, "\n".join(problems)
+    unrecorded = {b.name for b in RUNNER.BENCHMARKS} - recorded
+    assert unrecorded == NOT_YET_RECORDED, (
+        "sections that name no kept result, other than NOT_YET_RECORDED's: "
+        f"{sorted(unrecorded - NOT_YET_RECORDED)}; recorded now, to take out of it: "
+        f"{sorted(NOT_YET_RECORDED - unrecorded)}"
+    )
+
+
+def test_the_scripts_say_what_they_measure_today():
+    history = re.compile(r"\bissues? \d+|\bthan before\b|\bas before\b|(?-i:\bBefore, )", re.I)
+    found = [
+        f"{path.name}:{n}: {line.strip()[:80]}"
+        for path in sorted(BENCH.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if history.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_table_check_sees_a_wrong_number(tmp_path):
+    """The check above can fail: a number not printed is found."""
+    text = "| a 7 | b |\n|---|---|\n| x | 1.25 (1.20-1.31) |\n| y | 3,000 |\n"
+    text += "prose 9\n```\n  shards 20 ms\n     100 0.031\n```\n"
+    assert _table_numbers(text) == {"1.25", "1.20", "1.31", "3,000", "20", "100", "0.031"}
+
+
+def test_the_runner_runs_a_benchmark_and_keeps_what_it_printed(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "run.py"), "--quick", "inventory", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    kept = (tmp_path / "inventory.txt").read_text()
+    assert kept.startswith("# benchmark: inventory (tools): ")
+    assert "# command: python benchmarks/run.py --quick inventory\n" in kept
+    assert "# runs: python benchmarks/inventory.py --shards 100 " in kept
+    assert re.search(r"^# machine: .+ cores", kept, re.M)
+    assert re.search(r"^# versions: python 3\.\d+\.\d+, shardwise ", kept, re.M)
+    assert re.search(r"^\s+100 ", kept, re.M)  # the table's row for 100 shards
+    assert kept.rstrip().splitlines()[-1].startswith("# exit status 0 after ")
+
+
+def test_the_runner_refuses_what_it_does_not_have():
+    with pytest.raises(SystemExit, match="no benchmark or question 'nope'"):
+        RUNNER.select(["nope"])
+    assert [b.name for b in RUNNER.select(["tools"])] == ["migrate", "reshard", "inventory"]
