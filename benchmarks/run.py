@@ -165,6 +165,7 @@ BENCHMARKS = (
         "concurrency",
         "What the guard against other jobs costs one writer, and what it does for several",
         quick=("--repeats", "1", "--rounds", "1"),
+        args=("--s3",),
     ),
     Benchmark(
         "reader_consistency",

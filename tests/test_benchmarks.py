@@ -32,10 +32,8 @@ NOT_YET_RECORDED = {
     "task_profile",
     "write_throughput",
     "rectilinear",
-    "encode_split",
     "fault_matrix",
     "concurrency",
-    "reader_consistency",
     "scaling",
     "migrate",
     "reshard",
@@ -92,6 +90,16 @@ def test_every_script_is_in_the_runner():
     registered = {b.name for b in RUNNER.BENCHMARKS}
     assert scripts == registered, (scripts - registered, registered - scripts)
     assert {b.question for b in RUNNER.BENCHMARKS} == set(RUNNER.QUESTIONS)
+
+
+def test_the_runner_gives_each_script_only_options_it_has():
+    problems = [
+        f"{b.name}: {flag}"
+        for b in RUNNER.BENCHMARKS
+        for flag in (*b.quick, *b.args)
+        if flag.startswith("--") and f'"{flag}"' not in b.script.read_text()
+    ]
+    assert not problems, problems
 
 
 def test_every_benchmark_has_a_section_on_its_question_page():
