@@ -16,7 +16,8 @@ Usage::
 
     python benchmarks/run.py --list                  # what there is
     python benchmarks/run.py reading                 # every benchmark of a question
-    python benchmarks/run.py inventory giant_grid    # benchmarks by name
+    python benchmarks/run.py inventory giant_grid    # benchmarks by name (no benchmark
+                                                     # is named as a question)
     python benchmarks/run.py inventory -- --shards 100 1000   # arguments for the script
     python benchmarks/run.py --quick all             # a smoke run of everything, small sizes
 
@@ -161,7 +162,7 @@ BENCHMARKS = (
     ),
     # -- concurrency -----------------------------------------------------------------------
     Benchmark(
-        "concurrency",
+        "independent_writers",
         "concurrency",
         "What the guard against other jobs costs one writer, and what it does for several",
         quick=("--repeats", "1", "--rounds", "1"),
@@ -192,6 +193,7 @@ BENCHMARKS = (
         "tools",
         "Migrating a store of the 2022 sharding draft against decoding and rewriting it",
         quick=("--repeats", "1", "--compressor", "zstd"),
+        args=("--repeats", "5"),
     ),
     Benchmark(
         "reshard",

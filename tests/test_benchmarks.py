@@ -33,10 +33,9 @@ NOT_YET_RECORDED = {
     "write_throughput",
     "rectilinear",
     "fault_matrix",
-    "concurrency",
+    "independent_writers",
     "scaling",
     "migrate",
-    "reshard",
     "inventory",
 }
 
@@ -57,6 +56,26 @@ def _sections(page: Path) -> list[tuple[str, str]]:
     """(heading, text) of each ``## `` section of a page."""
     parts = re.split(r"^## (.+)$", page.read_text(), flags=re.M)
     return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _scopes(page: Path) -> list[tuple[str, str, str]]:
+    """(heading, its own text, its whole text) of each ``##`` or ``###`` heading of a
+    page: the own text runs to the next heading, the whole text to the next heading of
+    the same level or above (its subsections included)."""
+    lines = page.read_text().splitlines()
+    heads = [
+        (i, len(m.group(1)), m.group(2))
+        for i, line in enumerate(lines)
+        if (m := re.match(r"^(#{2,3}) (.+)$", line))
+    ]
+    scopes = []
+    for k, (i, level, heading) in enumerate(heads):
+        own_end = heads[k + 1][0] if k + 1 < len(heads) else len(lines)
+        end = next((j for j, lv, _ in heads[k + 1 :] if lv <= level), len(lines))
+        own = "\n".join(lines[i + 1 : own_end])
+        whole = "\n".join(lines[i + 1 : end])
+        scopes.append((heading, own, whole))
+    return scopes
 
 
 def _table_numbers(text: str) -> set[str]:
@@ -90,6 +109,7 @@ def test_every_script_is_in_the_runner():
     registered = {b.name for b in RUNNER.BENCHMARKS}
     assert scripts == registered, (scripts - registered, registered - scripts)
     assert {b.question for b in RUNNER.BENCHMARKS} == set(RUNNER.QUESTIONS)
+    assert not registered & set(RUNNER.QUESTIONS), "a name selects a question, not a benchmark"
 
 
 def test_the_runner_gives_each_script_only_options_it_has():
@@ -144,14 +164,15 @@ def test_the_docs_name_only_what_the_runner_runs():
 
 
 def test_recorded_figures_are_what_the_runner_printed():
-    """A section naming a result kept by the runner (``benchmarks/results/<name>.txt``)
-    shows in its tables only numbers that the result holds, and the result says how and
-    on what machine it was measured."""
+    """A section (or subsection) naming a result kept by the runner
+    (``benchmarks/results/<name>.txt``) shows in its tables and output blocks, its
+    subsections' included, only numbers that the result holds, and the result says how
+    and on what machine it was measured."""
     problems = []
     recorded: set[str] = set()
     for page in sorted(PAGES.glob("*.md")):
-        for heading, text in _sections(page):
-            for name in RECORDED.findall(text):
+        for heading, own, text in _scopes(page):
+            for name in RECORDED.findall(own):
                 result = BENCH / "results" / f"{name}.txt"
                 if not result.exists():
                     problems.append(f"{page.name}: {heading!r}: {result.name} is not kept")

@@ -20,7 +20,7 @@ for several.
 
 Results with the machine description go in docs/benchmarks/concurrency.md.
 
-    python benchmarks/concurrency.py [--repeats 5] [--rounds 3] [--s3]
+    python benchmarks/independent_writers.py [--repeats 5] [--rounds 3] [--s3]
 """
 
 from __future__ import annotations
