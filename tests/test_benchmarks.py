@@ -27,7 +27,6 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 NOT_YET_RECORDED = {
     "peers",
     "read_throughput",
-    "read_fanout",
     "single_shard",
     "task_profile",
     "write_throughput",
@@ -35,7 +34,6 @@ NOT_YET_RECORDED = {
     "fault_matrix",
     "independent_writers",
     "scaling",
-    "migrate",
     "inventory",
 }
 
