@@ -27,8 +27,6 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 NOT_YET_RECORDED = {
     "peers",
     "read_throughput",
-    "single_shard",
-    "task_profile",
     "write_throughput",
     "rectilinear",
     "fault_matrix",
