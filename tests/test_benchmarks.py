@@ -28,11 +28,9 @@ NOT_YET_RECORDED = {
     "peers",
     "read_throughput",
     "write_throughput",
-    "rectilinear",
     "fault_matrix",
     "independent_writers",
     "scaling",
-    "inventory",
 }
 
 
