@@ -29,7 +29,6 @@ NOT_YET_RECORDED = {
     "read_throughput",
     "write_throughput",
     "fault_matrix",
-    "independent_writers",
     "scaling",
 }
 
