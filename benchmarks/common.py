@@ -69,10 +69,8 @@ def describe(info: dict[str, Any] | None = None) -> tuple[str, str]:
         f"{info['cpu']}, {info['cores']} cores ({info['cores_usable']} usable), "
         f"{info['ram_gib']} GiB RAM, {info['platform']}"
     )
-    software = ", ".join(
-        f"{k} {v}" for k, v in info.items() if k == "python" or k not in _HARDWARE_KEYS
-    )
+    software = ", ".join(f"{k} {v}" for k, v in info.items() if k not in _HARDWARE_KEYS)
     return hardware, software
 
 
-_HARDWARE_KEYS = {"cpu", "cores", "cores_usable", "ram_gib", "platform", "python"}
+_HARDWARE_KEYS = {"cpu", "cores", "cores_usable", "ram_gib", "platform"}

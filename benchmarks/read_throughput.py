@@ -103,13 +103,12 @@ from typing import Any
 import numpy as np
 
 # run as a script, this directory is on sys.path
-from common import DATA_DIR, machine
+from common import DATA_DIR, machine, package_versions
 from throughput_common import (
     FLOOR_RUNS,
     DecodeFloor,
     have_tensorstore,
     interleaved,
-    package_versions,
     tensorstore_kvstore,
     zarr_pipeline,
     zarr_pipelines,

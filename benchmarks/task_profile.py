@@ -47,11 +47,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from common import DATA_DIR, machine
 from read_throughput import (
-    DATA_DIR,
     ensure_store,
     load_compressed,
-    machine,
     selected_fields,
 )
 from throughput_common import FLOOR_RUNS, CompressFloor, DecodeFloor

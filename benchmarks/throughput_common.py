@@ -34,8 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from common import cpu_and_ram, package_versions  # noqa: F401 (re-exported)
-
 FLOOR_RUNS = 3  # floors and single-process references: best of 3 after one warm-up
 FUSED_PIPELINE = "zarr.core.codec_pipeline.FusedCodecPipeline"
 COMPRESSORS = ("numcodecs.Zstd", "zstandard.ZstdCompressor", "ZSTD_compress2 (cffi)")

@@ -129,12 +129,11 @@ import numpy as np
 
 # run as a script, this directory is on sys.path: the same data, machine description and
 # CPU meter as the read benchmark, and the floors shared with it
+from common import DATA_DIR, machine, package_versions
 from read_throughput import (
-    DATA_DIR,
     CpuMeter,
     Field,
     field_2d,
-    machine,
     print_cpu,
     selected_fields,
     timed,
@@ -145,7 +144,6 @@ from throughput_common import (
     CompressFloor,
     have_tensorstore,
     interleaved,
-    package_versions,
     tensorstore_kvstore,
     write_group_metadata,
     zarr_pipeline,

@@ -5,13 +5,14 @@ Nothing here times anything: the figures are measured by the runner, never by te
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from loaded import module_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -33,27 +34,12 @@ NOT_YET_RECORDED = {
 }
 
 
-def _runner():
-    spec = importlib.util.spec_from_file_location("benchmarks_run", BENCH / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up)
-    spec.loader.exec_module(module)
-    return module
+RUNNER = module_at(BENCH / "run.py", "benchmarks_run")
 
 
-RUNNER = _runner()
-
-
-def _sections(page: Path) -> list[tuple[str, str]]:
-    """(heading, text) of each ``## `` section of a page."""
-    parts = re.split(r"^## (.+)$", page.read_text(), flags=re.M)
-    return list(zip(parts[1::2], parts[2::2], strict=True))
-
-
-def _scopes(page: Path) -> list[tuple[str, str, str]]:
-    """(heading, its own text, its whole text) of each ``##`` or ``###`` heading of a
-    page: the own text runs to the next heading, the whole text to the next heading of
+def _scopes(page: Path) -> list[tuple[int, str, str, str]]:
+    """(level, heading, its own text, its whole text) of each ``##`` or ``###`` heading
+    of a page: the own text runs to the next heading, the whole text to the next heading of
     the same level or above (its subsections included)."""
     lines = page.read_text().splitlines()
     heads = [
@@ -67,7 +53,7 @@ def _scopes(page: Path) -> list[tuple[str, str, str]]:
         end = next((j for j, lv, _ in heads[k + 1 :] if lv <= level), len(lines))
         own = "\n".join(lines[i + 1 : own_end])
         whole = "\n".join(lines[i + 1 : end])
-        scopes.append((heading, own, whole))
+        scopes.append((level, heading, own, whole))
     return scopes
 
 
@@ -123,7 +109,8 @@ def test_every_benchmark_has_a_section_on_its_question_page():
             problems.append(f"no page {page.relative_to(ROOT)}")
             continue
         runs = {}
-        for heading, text in _sections(page):
+        sections = [(h, text) for level, h, _, text in _scopes(page) if level == 2]
+        for heading, text in sections:
             for name in RUN_LINE.findall(text):
                 runs[name] = heading
                 if not re.search(r"^Machine: ", text, re.M):
@@ -164,7 +151,7 @@ def test_recorded_figures_are_what_the_runner_printed():
     problems = []
     recorded: set[str] = set()
     for page in sorted(PAGES.glob("*.md")):
-        for heading, own, text in _scopes(page):
+        for _, heading, own, text in _scopes(page):
             for name in RECORDED.findall(own):
                 result = BENCH / "results" / f"{name}.txt"
                 if not result.exists():

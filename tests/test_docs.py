@@ -13,6 +13,7 @@ import pytest
 import xarray as xr
 
 import shardwise
+from loaded import module_at
 
 ROOT = Path(__file__).resolve().parents[1]
 # the pages use xarray's defaults, which consolidate Zarr v3 metadata: zarr-python warns
@@ -31,12 +32,7 @@ def test_every_public_name_has_a_docstring_and_an_api_entry_at_its_public_path()
     """Each name of the top level and of the documented submodules, in docs/api.md at
     the path users write (``shardwise.to_zarr``, not where it is defined): the docs
     build's own check (``docs/_hooks/public_names.py``), run here."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("public_names", DOCS / "_hooks/public_names.py")
-    assert spec is not None and spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
+    hook = module_at(DOCS / "_hooks/public_names.py", "public_names")
     assert hook.problems(DOCS) == []
 
 

@@ -6,23 +6,14 @@ alone)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from loaded import module_at
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_names():
-    spec = importlib.util.spec_from_file_location("docs_names", ROOT / "docs/_hooks/names.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-names = _load_names()
+names = module_at(ROOT / "docs/_hooks/names.py", "docs_names")
 PAGES = [page.relative_to(ROOT).as_posix() for page in names.pages(ROOT)]
 
 
