@@ -2,8 +2,7 @@
 ``tests/faultproxy.py`` at several rates, for shardwise and for zarr-python + xarray.
 
 moto's server (its writes serialized, so that conditional puts are atomic as on S3) on
-127.0.0.1, the fault proxy in front of it, s3fs (or, with ``--client obstore``, obstore)
-as the client. Each run sets up a store through the endpoint directly (s3fs), injects
+127.0.0.1, the fault proxy in front of it, s3fs or obstore (``--clients``) as the client. Each run sets up a store through the endpoint directly (s3fs), injects
 one fault class at one rate on every request through the proxy, runs one operation
 through the proxy, then reads the store directly (s3fs) and compares it value by value
 with what it was and what it should be:
@@ -64,26 +63,21 @@ On one dask array of the same values written with ``shardwise.to_zarr(x, url, pa
 Every operation here has a zarr-python + xarray (or dask) baseline; a cell of the table
 is empty only when an operation was not run for an implementation.
 
-``--client obstore`` runs the operations through zarr-python's ``ObjectStore`` over
-obstore's ``S3Store`` on the proxy (``tests/s3server.py``'s ``S3Server.obstore``, with
-obstore's own timeouts and retries), the same store object for both implementations
-and no ``storage_options``. ``write``, ``region``, ``append``, ``read``, ``dask-append``,
-``read-array`` and ``read-reader`` run through it; ``region-procs`` and
+With the client ``obstore``, the operations run through zarr-python's ``ObjectStore``
+over obstore's ``S3Store`` on the proxy (``tests/s3server.py``'s ``S3Server.obstore``,
+with obstore's own timeouts and retries), the same store object for both
+implementations and no ``storage_options``. ``write``, ``region``, ``append``, ``read``,
+``dask-append``, ``read-array`` and ``read-reader`` run through it; ``region-procs`` and
 ``write-cluster`` (calls in other processes) are skipped, and said so on stderr.
 
-Without ``--operations``, the first four run:
+Without ``--operations``, the first four run, through s3fs; the recorded run
+(``python benchmarks/run.py fault_matrix``) is ``--operations all --clients
+s3fs,obstore``.
 
-    python benchmarks/fault_matrix.py --trials 2 --out benchmarks/data/fault_matrix.json
-    python benchmarks/fault_matrix.py --trials 2 \\
-        --operations region-procs,dask-append,write-cluster,read-array,read-reader \\
-        --out benchmarks/data/fault_matrix_more.json
-    python benchmarks/fault_matrix.py --trials 2 --client obstore \\
-        --operations write,region,append,dask-append,read \\
-        --out benchmarks/data/fault_matrix_obstore.json
-
-The table goes to stdout as Markdown (``docs/reliability.md`` records it): per cell the
-outcomes of the trials and the faults the proxy injected into them in all (at 1% many
-runs make no faulty request at all). ``--table FILE`` prints the table of a ``--out``
+A table per client goes to stdout as Markdown (``docs/benchmarks/object-stores.md``
+records them): per cell the outcomes of the trials and the faults the proxy injected
+into them in all (at 1% many runs make no faulty request at all), then per client and
+implementation the runs of each outcome. ``--table FILE`` prints the table of a ``--out``
 file again. Each run is also a line on stderr; the ``--out`` file holds every run, with
 its error's message and where it was raised (the innermost shardwise frames of its
 traceback, then the last frames) and, for a ``wrong`` one, what differed.
@@ -450,7 +444,7 @@ def one(
     client: str = "s3fs",
     cluster: Any = None,
 ) -> dict[str, Any]:
-    name = f"{fault}-{rate}-{op}-{IMPLEMENTATIONS.index(impl)}-{n}.zarr"
+    name = f"{client}-{fault}-{rate}-{op}-{IMPLEMENTATIONS.index(impl)}-{n}.zarr"
     url = f"s3://{bucket}/{name}"
     direct = server.storage_options()
     old, new = before_and_after(op)
@@ -557,6 +551,30 @@ def one(
     }
 
 
+def tables(results: list[dict[str, Any]]) -> str:
+    """A table per client (in ``CLIENTS``' order), each followed by its totals."""
+    parts = []
+    for client in CLIENTS:
+        mine = [r for r in results if r.get("client", "s3fs") == client]
+        if mine:
+            parts += [f"client: {client}", "", table(mine), "", totals(mine), ""]
+    return "\n".join(parts).rstrip("\n")
+
+
+def totals(results: list[dict[str, Any]]) -> str:
+    """Per implementation, its runs of each outcome; then the runs with no faulty
+    request."""
+    lines = []
+    for impl in IMPLEMENTATIONS:
+        mine = [r for r in results if r["implementation"] == impl]
+        counts = collections.Counter(r["outcome"] for r in mine)
+        outcomes = ", ".join(f"{k} {counts[k]}" for k in sorted(counts))
+        lines.append(f"{impl}: {len(mine)} runs: {outcomes}")
+    clean = sum(1 for r in results if r["injected"] == 0)
+    lines.append(f"runs with no faulty request: {clean} of {len(results)}")
+    return "\n".join(lines)
+
+
 def table(results: list[dict[str, Any]]) -> str:
     cells: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     errors: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -601,31 +619,34 @@ def main() -> None:
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--rates", default=",".join(map(str, RATES)))
     parser.add_argument(
-        "--operations", default=",".join(DEFAULT_OPERATIONS), help=", ".join(OPERATIONS)
+        "--operations",
+        default=",".join(DEFAULT_OPERATIONS),
+        help="'all' or some of " + ", ".join(OPERATIONS),
     )
-    parser.add_argument("--client", choices=CLIENTS, default="s3fs")
+    parser.add_argument("--clients", default="s3fs", help="some of " + ", ".join(CLIENTS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--table", type=Path, default=None, help="print the table of a --out file")
     args = parser.parse_args()
     if args.table:
-        print(table(json.loads(args.table.read_text())))
+        print(tables(json.loads(args.table.read_text())))
         return
     faults = args.faults.split(",")
     rates = [float(r) for r in args.rates.split(",")]
-    ops = args.operations.split(",")
+    ops = OPERATIONS if args.operations == "all" else args.operations.split(",")
+    clients = args.clients.split(",")
+    if unknown := [c for c in clients if c not in CLIENTS]:
+        parser.error(f"unknown clients {unknown}; choose from {CLIENTS}")
     if unknown := [op for op in ops if op not in OPERATIONS]:
         parser.error(f"unknown operations {unknown}; choose from {OPERATIONS}")
     if unknown := [f for f in faults if f not in FAULTS]:
         parser.error(f"unknown faults {unknown}; choose from {FAULTS}")
-    if args.client == "obstore":
-        if skipped := [op for op in ops if op not in OBSTORE_OPERATIONS]:
-            print(
-                f"skipped with --client obstore (calls in other processes): {skipped}",
-                file=sys.stderr,
-                flush=True,
-            )
-        ops = [op for op in ops if op in OBSTORE_OPERATIONS]
+    if "obstore" in clients and (skipped := [op for op in ops if op not in OBSTORE_OPERATIONS]):
+        print(
+            f"skipped with the client obstore (calls in other processes): {skipped}",
+            file=sys.stderr,
+            flush=True,
+        )
     results = []
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -642,35 +663,30 @@ def main() -> None:
                     n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
                 )
             )
-        for fault in faults:
-            for rate in rates:
-                for op in ops:
-                    for impl in IMPLEMENTATIONS:
-                        for n in range(args.trials):
-                            r = one(
-                                server,
-                                bucket,
-                                proxy,
-                                fault,
-                                rate,
-                                op,
-                                impl,
-                                n,
-                                args.client,
-                                cluster,
-                            )
-                            results.append(r)
-                            print(
-                                f"{fault:11} {rate:4.0%} {op:13} {impl:20} {r['outcome']:11} "
-                                f"{r['error'] or ''} {r['seconds']:.1f}s {r['message'] or ''}"
-                                f"{' | ' + r['detail'] if r['detail'] else ''}",
-                                file=sys.stderr,
-                                flush=True,
-                            )
+        cells = [
+            (client, fault, rate, op, impl, n)
+            for client in clients
+            for fault in faults
+            for rate in rates
+            for op in ops
+            if client != "obstore" or op in OBSTORE_OPERATIONS
+            for impl in IMPLEMENTATIONS
+            for n in range(args.trials)
+        ]
+        for client, fault, rate, op, impl, n in cells:
+            r = one(server, bucket, proxy, fault, rate, op, impl, n, client, cluster)
+            results.append(r)
+            print(
+                f"{client:7} {fault:11} {rate:4.0%} {op:13} {impl:20} {r['outcome']:11} "
+                f"{r['error'] or ''} {r['seconds']:.1f}s {r['message'] or ''}"
+                f"{' | ' + r['detail'] if r['detail'] else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1))
-    print(table(results))
+    print(tables(results))
     print(f"\n{len(results)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 

@@ -84,6 +84,7 @@ BENCHMARKS = (
         "reading",
         "Full-array read throughput on a cluster against zarr-python, tensorstore and zstd",
         quick=("--shape", "2d", "--size-mib", "128", "--repeats", "1"),
+        args=("--repeats", "3"),
     ),
     Benchmark(
         "read_fanout",
@@ -127,6 +128,7 @@ BENCHMARKS = (
             "--part2-shard-mib",
             "64",
         ),
+        args=("--repeats", "3"),
     ),
     Benchmark(
         "rectilinear",
@@ -152,7 +154,17 @@ BENCHMARKS = (
         "object-stores",
         "Writes and reads through an object store that resets, throttles and loses "
         "responses, against zarr-python + xarray",
-        quick=("--trials", "1", "--rates", "0.1"),
+        quick=(
+            "--trials",
+            "1",
+            "--rates",
+            "0.1",
+            "--faults",
+            "lost,stall",
+            "--clients",
+            "s3fs,obstore",
+        ),
+        args=("--operations", "all", "--clients", "s3fs,obstore"),
     ),
     Benchmark(
         "moto_atomicity",

@@ -192,7 +192,8 @@ def test_user_pages_speak_of_the_software_not_of_its_history():
     pages included) refers to the project's issues or to what the code used to do."""
     history = re.compile(
         r"\bissues? \d+|\bthan before\b|\bas before\b|\bBefore, |\bwent from\b"
-        r"|\bbefore (this|the) (change|commit|issue)",
+        r"|\bbefore (this|the) (change|commit|issue|work)\b"
+        r"|\b(escaped|raised|failed|returned) before\b",
         re.I,
     )
     pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted(DOCS.rglob("*.md"))]
