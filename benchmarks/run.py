@@ -243,13 +243,15 @@ def select(names: list[str]) -> list[Benchmark]:
 
 
 def commit() -> str:
-    """The checkout's commit, marked when the tree has changes ("unknown" outside git)."""
+    """The checkout's commit, marked when the tree has changes other than kept results
+    ("unknown" outside git)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # the kept results change as benchmarks run: not a change to the code
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":!benchmarks/results"],
             cwd=ROOT,
             capture_output=True,
             text=True,
