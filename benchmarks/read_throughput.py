@@ -558,7 +558,7 @@ def print_report(
     )
     header = (
         f"{'store':<17}{'method':<30}{'dask chunks':<24}{'tasks':>6}{'runs':>11}"
-        f"{'median s':>10}{'min-max s':>13}{'GB/s':>7}{'vs floor':>10}"
+        f"{'median s':>10}{'min-max s':>15}{'GB/s':>7}{'vs floor':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -572,7 +572,7 @@ def print_report(
             runs = f"{'best' if r.best else 'median'} {len(r.times)}"
             print(
                 f"{key if i == 0 else '':<17}{m:<30}{r.dask_chunks:<24}{tasks:>6}{runs:>11}"
-                f"{r.median:>10.3f}{spread:>13}{nbytes / r.headline / 1e9:>7.2f}"
+                f"{r.median:>10.3f}{spread:>15}{nbytes / r.headline / 1e9:>7.2f}"
                 f"{floor / r.headline:>10.2f}"
             )
         sw = by_method["shardwise"].headline
