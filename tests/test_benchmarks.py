@@ -26,7 +26,6 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 # print: each leaves this set when it is measured again through run.py and its section
 # names the result (``Recorded: `benchmarks/results/<name>.txt```).
 NOT_YET_RECORDED = {
-    "write_throughput",
     "fault_matrix",
     "scaling",
 }
