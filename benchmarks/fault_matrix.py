@@ -2,10 +2,11 @@
 ``tests/faultproxy.py`` at several rates, for shardwise and for zarr-python + xarray.
 
 moto's server (its writes serialized, so that conditional puts are atomic as on S3) on
-127.0.0.1, the fault proxy in front of it, s3fs or obstore (``--clients``) as the client. Each run sets up a store through the endpoint directly (s3fs), injects
-one fault class at one rate on every request through the proxy, runs one operation
-through the proxy, then reads the store directly (s3fs) and compares it value by value
-with what it was and what it should be:
+127.0.0.1, the fault proxy in front of it, s3fs or obstore (``--clients``) as the
+client. Each run sets up a store through the endpoint directly (s3fs), injects one fault
+class at one rate on every request through the proxy, runs one operation through the
+proxy, then reads the store directly (s3fs) and compares it value by value with what it
+was and what it should be:
 
 ``exact``
     the call returned and the store (or what a read returned) is what it should be;
@@ -77,7 +78,7 @@ s3fs,obstore``.
 A table per client goes to stdout as Markdown (``docs/benchmarks/object-stores.md``
 records them): per cell the outcomes of the trials and the faults the proxy injected
 into them in all (at 1% many runs make no faulty request at all), then per client and
-implementation the runs of each outcome. ``--table FILE`` prints the table of a ``--out``
+implementation the runs of each outcome. ``--table FILE`` prints the tables of a ``--out``
 file again. Each run is also a line on stderr; the ``--out`` file holds every run, with
 its error's message and where it was raised (the innermost shardwise frames of its
 traceback, then the last frames) and, for a ``wrong`` one, what differed.
@@ -555,7 +556,7 @@ def tables(results: list[dict[str, Any]]) -> str:
     """A table per client (in ``CLIENTS``' order), each followed by its totals."""
     parts = []
     for client in CLIENTS:
-        mine = [r for r in results if r.get("client", "s3fs") == client]
+        mine = [r for r in results if r["client"] == client]
         if mine:
             parts += [f"client: {client}", "", table(mine), "", totals(mine), ""]
     return "\n".join(parts).rstrip("\n")
@@ -647,6 +648,16 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+    cells = [
+        (client, fault, rate, op, impl, n)
+        for client in clients
+        for fault in faults
+        for rate in rates
+        for op in ops
+        if client != "obstore" or op in OBSTORE_OPERATIONS
+        for impl in IMPLEMENTATIONS
+        for n in range(args.trials)
+    ]
     results = []
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -655,7 +666,8 @@ def main() -> None:
             FaultProxy(server.endpoint, seed=args.seed, stall_seconds=5.0, max_seconds=6 * 3600)
         )
         cluster = None
-        if "write-cluster" in ops:  # inside the AWS environment: the workers inherit it
+        if any(cell[3] == "write-cluster" for cell in cells):
+            # inside the AWS environment: the workers inherit it
             from distributed import LocalCluster
 
             cluster = stack.enter_context(
@@ -663,16 +675,6 @@ def main() -> None:
                     n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
                 )
             )
-        cells = [
-            (client, fault, rate, op, impl, n)
-            for client in clients
-            for fault in faults
-            for rate in rates
-            for op in ops
-            if client != "obstore" or op in OBSTORE_OPERATIONS
-            for impl in IMPLEMENTATIONS
-            for n in range(args.trials)
-        ]
         for client, fault, rate, op, impl, n in cells:
             r = one(server, bucket, proxy, fault, rate, op, impl, n, client, cluster)
             results.append(r)
