@@ -19,6 +19,7 @@ Usage::
     python benchmarks/run.py inventory giant_grid    # benchmarks by name (no benchmark
                                                      # is named as a question)
     python benchmarks/run.py inventory -- --shards 100 1000   # arguments for the script
+    python benchmarks/run.py reshard:memory          # a named variant of a benchmark
     python benchmarks/run.py --quick all             # a smoke run of everything, small sizes
 
 Each benchmark runs as a fresh process of this interpreter (its own script in this
@@ -27,7 +28,10 @@ other, on the machine as it is: run them on an otherwise idle machine. What a be
 prints is shown as it comes and kept, with a header naming the command, the date, the
 commit, the machine and the package versions, in ``benchmarks/results/<name>.txt``
 (``--results DIR`` elsewhere; a ``--quick`` run or a run with script arguments keeps
-nothing unless ``--results`` is given). The figures in ``docs/benchmarks/`` are copied
+nothing unless ``--results`` is given). A benchmark may have named variants, other runs
+worth keeping (the same script with other arguments, such as stores in memory): they run
+with their question and with ``all``, alone as ``<name>:<variant>``, and are kept in
+``benchmarks/results/<name>-<variant>.txt``. The figures in ``docs/benchmarks/`` are copied
 from those files, and ``tests/test_benchmarks.py`` checks that each table's numbers are
 in the file its section names.
 """
@@ -47,6 +51,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 
+# the stores of the variants "memory": a tmpfs, where a write waits for no disk
+SHM = "/dev/shm/shardwise"
+
 QUESTIONS = ("reading", "writing", "object-stores", "concurrency", "scale", "tools")
 
 
@@ -57,10 +64,33 @@ class Benchmark:
     title: str  # what it answers, in a line
     quick: tuple[str, ...] = ()  # the script's arguments for a smoke run (small sizes)
     args: tuple[str, ...] = ()  # the script's arguments for the recorded run
+    # other recorded runs, selected as <name>:<variant>: (variant, the script's arguments)
+    variants: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def script(self) -> Path:
         return HERE / f"{self.name}.py"
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One run the command line asks for: a benchmark, with its recorded arguments or
+    those of one of its variants."""
+
+    bench: Benchmark
+    variant: str = ""
+
+    @property
+    def name(self) -> str:  # as selected on the command line
+        return f"{self.bench.name}:{self.variant}" if self.variant else self.bench.name
+
+    @property
+    def kept(self) -> str:  # the result's file name
+        return f"{self.bench.name}-{self.variant}.txt" if self.variant else f"{self.bench.name}.txt"
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return dict(self.bench.variants)[self.variant] if self.variant else self.bench.args
 
 
 BENCHMARKS = (
@@ -135,6 +165,7 @@ BENCHMARKS = (
         "writing",
         "Irregular dask chunks written 1:1 as rectilinear shards, against rechunking first",
         quick=("--repeats", "1"),
+        variants=(("memory", ("--repeats", "5", "--data-dir", SHM)),),
     ),
     Benchmark(
         "encode_split",
@@ -212,6 +243,7 @@ BENCHMARKS = (
         "tools",
         "Resharding a Zarr v2 store against xarray's route and a plain copy",
         quick=("--repeats", "1"),
+        variants=(("memory", ("--data-dir", SHM, "--repeats", "5")),),
     ),
     Benchmark(
         "inventory",
@@ -223,23 +255,42 @@ BENCHMARKS = (
 BY_NAME = {b.name: b for b in BENCHMARKS}
 
 
-def select(names: list[str]) -> list[Benchmark]:
-    """The benchmarks that ``names`` (questions, benchmark names or ``all``) select, in
-    the registry's order."""
-    chosen: set[str] = set()
+def select(names: list[str]) -> list[Selected]:
+    """The runs that ``names`` (questions, benchmark names, ``<name>:<variant>`` or
+    ``all``) select, in the registry's order (a benchmark before its variants)."""
+    chosen: set[tuple[str, str]] = set()
     for name in names:
+        bench, _, variant = name.partition(":")
         if name == "all":
-            chosen.update(BY_NAME)
+            chosen.update((b.name, v) for b in BENCHMARKS for v in ("", *dict(b.variants)))
         elif name in QUESTIONS:
-            chosen.update(b.name for b in BENCHMARKS if b.question == name)
+            chosen.update(
+                (b.name, v)
+                for b in BENCHMARKS
+                if b.question == name
+                for v in ("", *dict(b.variants))
+            )
         elif name in BY_NAME:
-            chosen.add(name)
+            chosen.add((name, ""))
+        elif bench in BY_NAME and variant in dict(BY_NAME[bench].variants):
+            chosen.add((bench, variant))
+        elif bench in BY_NAME and variant:
+            known = [v for v, _ in BY_NAME[bench].variants]
+            raise SystemExit(
+                f"run.py: {bench} has no variant {variant!r}; expected one of {known} "
+                "(python benchmarks/run.py --list shows them)"
+            )
         else:
             raise SystemExit(
                 f"run.py: no benchmark or question {name!r}; expected 'all', one of "
                 f"{', '.join(QUESTIONS)}, or a name from --list"
             )
-    return [b for b in BENCHMARKS if b.name in chosen]
+    return [
+        Selected(b, v)
+        for b in BENCHMARKS
+        for v in ("", *(v for v, _ in b.variants))
+        if (b.name, v) in chosen
+    ]
 
 
 def commit() -> str:
@@ -262,12 +313,13 @@ def commit() -> str:
 
 
 def header(
-    bench: Benchmark, command: str, script_args: list[str], hardware: str, software: str
+    run: Selected, command: str, script_args: list[str], hardware: str, software: str
 ) -> str:
+    bench = run.bench
     script = " ".join(["python", f"benchmarks/{bench.name}.py", *script_args])
     return "\n".join(
         [
-            f"# benchmark: {bench.name} ({bench.question}): {bench.title}",
+            f"# benchmark: {run.name} ({bench.question}): {bench.title}",
             f"# command: {command}",
             f"# runs: {script}",
             f"# date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; commit: {commit()}",
@@ -277,16 +329,16 @@ def header(
     )
 
 
-def run_one(bench: Benchmark, script_args: list[str], command: str, out: Path | None) -> int:
+def run_one(run: Selected, script_args: list[str], command: str, out: Path | None) -> int:
     from common import describe
 
     hardware, software = describe()
-    head = header(bench, command, script_args, hardware, software)
+    head = header(run, command, script_args, hardware, software)
     print(head, flush=True)
     started = time.perf_counter()
     env = os.environ | {"PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(bench.script), *script_args],
+        [sys.executable, str(run.bench.script), *script_args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -305,7 +357,7 @@ def run_one(bench: Benchmark, script_args: list[str], command: str, out: Path | 
     print(tail, flush=True)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{bench.name}.txt").write_text(head + "\n" + "".join(lines) + tail + "\n")
+        (out / run.kept).write_text(head + "\n" + "".join(lines) + tail + "\n")
     return code
 
 
@@ -333,17 +385,20 @@ def main(argv: list[str] | None = None) -> int:
             for b in BENCHMARKS:
                 if b.question == question:
                     print(f"  {b.name:<20} {b.title}")
+                    for variant, variant_args in b.variants:
+                        shown = f"{b.name}:{variant}"
+                        print(f"  {shown:<20} the same, {' '.join(variant_args)}")
         return 0
     out = args.results
     if out is None and not args.quick and not script_args:
         out = RESULTS
     failed = []
-    for bench in select(args.names):
-        chosen = script_args or list(bench.quick if args.quick else bench.args)
-        words = ["python benchmarks/run.py", *(["--quick"] if args.quick else []), bench.name]
+    for run in select(args.names):
+        chosen = script_args or list(run.bench.quick if args.quick else run.args)
+        words = ["python benchmarks/run.py", *(["--quick"] if args.quick else []), run.name]
         command = " ".join(words + (["--", *script_args] if script_args else []))
-        if run_one(bench, chosen, command, out) != 0:
-            failed.append(bench.name)
+        if run_one(run, chosen, command, out) != 0:
+            failed.append(run.name)
         print(flush=True)
     if failed:
         print(f"run.py: failed: {', '.join(failed)}", file=sys.stderr)

@@ -18,20 +18,27 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 PAGES = ROOT / "docs" / "benchmarks"
 
-RUN_LINE = re.compile(r"^Run: `python benchmarks/run\.py ([a-z_]+)(?: -- [^`]*)?`", re.M)
-RECORDED = re.compile(r"`benchmarks/results/([a-z_]+)\.txt`")
+RUN_LINE = re.compile(
+    r"^Run: `python benchmarks/run\.py ([a-z_]+(?::[a-z_]+)?)(?: -- [^`]*)?`", re.M
+)
+RECORDED = re.compile(r"`benchmarks/results/([a-z_]+(?:-[a-z_]+)?)\.txt`")
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
 # Sections whose figures were measured by the scripts alone, before run.py kept what they
 # print: each leaves this set when it is measured again through run.py and its section
-# names the result (``Recorded: `benchmarks/results/<name>.txt```).
+# names the result (``Recorded: `benchmarks/results/<name>.txt```, or
+# ``<name>-<variant>.txt`` for a variant).
 NOT_YET_RECORDED = {
     "fault_matrix",
     "scaling",
+    "rectilinear-memory",
+    "reshard-memory",
 }
 
 
 RUNNER = module_at(BENCH / "run.py", "benchmarks_run")
+# every run the runner keeps a result of, as selected on its command line
+EVERY_RUN = {run.name: run for run in RUNNER.select(["all"])}
 
 
 def _scopes(page: Path) -> list[tuple[int, str, str, str]]:
@@ -92,7 +99,7 @@ def test_the_runner_gives_each_script_only_options_it_has():
     problems = [
         f"{b.name}: {flag}"
         for b in RUNNER.BENCHMARKS
-        for flag in (*b.quick, *b.args)
+        for flag in (*b.quick, *b.args, *(a for _, args in b.variants for a in args))
         if flag.startswith("--") and f'"{flag}"' not in b.script.read_text()
     ]
     assert not problems, problems
@@ -112,11 +119,11 @@ def test_every_benchmark_has_a_section_on_its_question_page():
                 runs[name] = heading
                 if not re.search(r"^Machine: ", text, re.M):
                     problems.append(f"{page.name}: section {heading!r} has no 'Machine:' line")
-        for b in RUNNER.BENCHMARKS:
-            if b.question == question and b.name not in runs:
-                problems.append(f"{page.name}: no section runs {b.name}")
+        for name, run in EVERY_RUN.items():
+            if run.bench.question == question and name not in runs:
+                problems.append(f"{page.name}: no section runs {name}")
         for name in runs:
-            if name not in RUNNER.BY_NAME or RUNNER.BY_NAME[name].question != question:
+            if name not in EVERY_RUN or EVERY_RUN[name].bench.question != question:
                 problems.append(f"{page.name}: runs {name}, not a benchmark of {question!r}")
     assert not problems, "\n".join(problems)
 
@@ -124,7 +131,7 @@ def test_every_benchmark_has_a_section_on_its_question_page():
 def test_the_docs_name_only_what_the_runner_runs():
     """The docs, the README and the Makefile run benchmarks through ``run.py``, and every
     ``benchmarks/run.py`` command in them selects something the runner has."""
-    names = {"all", *RUNNER.QUESTIONS, *RUNNER.BY_NAME}
+    names = {"all", *RUNNER.QUESTIONS, *EVERY_RUN}
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
     problems = []
     for path in files:
@@ -132,7 +139,7 @@ def test_the_docs_name_only_what_the_runner_runs():
             for script in re.findall(r"python3? benchmarks/([a-z_]+)\.py", line):
                 if script != "run":
                     problems.append(f"{path.name}:{n}: runs {script}.py, not run.py {script}")
-            for words in re.findall(r"benchmarks/run\.py((?: [a-z_-]+)*)", line):
+            for words in re.findall(r"benchmarks/run\.py((?: [a-z_:-]+)*)", line):
                 selected = words.split(" -- ")[0].split()
                 for word in selected:
                     if not word.startswith("-") and word not in names:
@@ -167,7 +174,7 @@ def test_recorded_figures_are_what_the_runner_printed():
                 if missing:
                     problems.append(f"{page.name}: {heading!r}: not in {result.name}: {missing}")
     assert not problems, "\n".join(problems)
-    unrecorded = {b.name for b in RUNNER.BENCHMARKS} - recorded
+    unrecorded = {run.kept.removesuffix(".txt") for run in EVERY_RUN.values()} - recorded
     assert unrecorded == NOT_YET_RECORDED, (
         "sections that name no kept result, other than NOT_YET_RECORDED's: "
         f"{sorted(unrecorded - NOT_YET_RECORDED)}; recorded now, to take out of it: "
@@ -215,4 +222,12 @@ def test_the_runner_runs_a_benchmark_and_keeps_what_it_printed(tmp_path):
 def test_the_runner_refuses_what_it_does_not_have():
     with pytest.raises(SystemExit, match="no benchmark or question 'nope'"):
         RUNNER.select(["nope"])
-    assert [b.name for b in RUNNER.select(["tools"])] == ["migrate", "reshard", "inventory"]
+    tools = ["migrate", "reshard", "reshard:memory", "inventory"]
+    assert [run.name for run in RUNNER.select(["tools"])] == tools
+    assert [run.name for run in RUNNER.select(["reshard"])] == ["reshard"]
+    memory = RUNNER.select(["reshard:memory"])
+    assert [(run.kept, run.args[:2]) for run in memory] == [
+        ("reshard-memory.txt", ("--data-dir", "/dev/shm/shardwise"))
+    ]
+    with pytest.raises(SystemExit, match="reshard has no variant 'disk'; expected one of"):
+        RUNNER.select(["reshard:disk"])
