@@ -135,7 +135,7 @@ class ShardSink:
         fmt = decoder.index if isinstance(decoder, ShardDecoder) else None
         return self.put(
             shard,
-            build_shard(chunks, fmt, self.write_order(shard), lend=self.can("copies_out")),
+            build_shard(chunks, fmt, self.write_order(shard), lend=self.copies_out()),
             existed=existed,
         )
 
@@ -150,13 +150,21 @@ class ShardSink:
             self._put(key, buffer, existed=existed)
         return 0 if buffer is None else len(buffer)
 
-    def can(self, question: str) -> bool:
-        """The store's answer (made once per process) to a question of
-        :mod:`shardwise.io.capabilities`: ``"sync_io"`` or ``"copies_out"``."""
-        if question not in self._cache:
-            ask = {"sync_io": sync_io, "copies_out": copies_out}[question]
-            self._cache[question] = ask(self.store)
-        answer: bool = self._cache[question]
+    def sync_io(self) -> bool:
+        """Whether to call the store's synchronous methods in the calling thread
+        (:func:`shardwise.io.capabilities.sync_io`; asked once per process)."""
+        if "sync_io" not in self._cache:
+            self._cache["sync_io"] = sync_io(self.store)
+        answer: bool = self._cache["sync_io"]
+        return answer
+
+    def copies_out(self) -> bool:
+        """Whether the store is done with a put's bytes once it returns, so a shard may
+        be put from a reused buffer (:func:`shardwise.io.capabilities.copies_out`; asked
+        once per process)."""
+        if "copies_out" not in self._cache:
+            self._cache["copies_out"] = copies_out(self.store)
+        answer: bool = self._cache["copies_out"]
         return answer
 
     def guard(self) -> Conditional | None:
@@ -198,7 +206,7 @@ class ShardSink:
             else:
                 guard.put(key, _bytes_of(buffer), None)
             return
-        direct = self.can("sync_io")
+        direct = self.sync_io()
         if buffer is None:
             if self.fresh:
                 return
@@ -218,7 +226,7 @@ class ShardSink:
         from zarr.buffer import default_buffer_prototype
 
         key = self.info.key(shard)
-        if self.can("sync_io"):
+        if self.sync_io():
             return self.store.get_sync(key, prototype=default_buffer_prototype())
         return _compat.sync(self.store.get(key, default_buffer_prototype()))
 

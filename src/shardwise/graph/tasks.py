@@ -159,7 +159,7 @@ class StoredBlock:
                     chunk = target.padded(shard, chunk[c.local])
             if target.keeps(chunk):
                 builder.encode(inner, chunk, encoder)
-        target.put(shard, builder.finish(lend=target.can("copies_out")), existed=None)
+        target.put(shard, builder.finish(lend=target.copies_out()), existed=None)
         return True
 
 
@@ -183,7 +183,7 @@ def encode_block(
         for inner in target.write_order(shard):
             chunk = target.padded(shard, block[local(boxes[inner], box)])
             target.add_chunk(builder, shard, inner, chunk)
-        target.put(shard, builder.finish(lend=target.can("copies_out")), existed=None)
+        target.put(shard, builder.finish(lend=target.copies_out()), existed=None)
     parts = {shard: _contribution(block, box, shard, target) for shard in gathered}
     if not target.sessions:
         return parts  # a plain dict: distributed serializes it item by item
@@ -348,7 +348,7 @@ def _merged(
                 target.add_chunk(builder, shard, inner, merged[inner])
         elif inner in existing and intersect(boxes[inner], region) is None:
             builder.add(inner, existing[inner])  # untouched: kept as bytes
-    return builder.finish(lend=target.can("copies_out"), keep_empty=keep_empty)
+    return builder.finish(lend=target.copies_out(), keep_empty=keep_empty)
 
 
 def done(*_: Any) -> None:
