@@ -29,7 +29,6 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 # names the result (``Recorded: `benchmarks/results/<name>.txt```, or
 # ``<name>-<variant>.txt`` for a variant).
 NOT_YET_RECORDED = {
-    "fault_matrix",
     "scaling",
     "rectilinear-memory",
     "reshard-memory",
