@@ -30,8 +30,6 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 # ``<name>-<variant>.txt`` for a variant).
 NOT_YET_RECORDED = {
     "scaling",
-    "rectilinear-memory",
-    "reshard-memory",
 }
 
 
