@@ -30,7 +30,8 @@ commit, the machine and the package versions, in ``benchmarks/results/<name>.txt
 (``--results DIR`` elsewhere; a ``--quick`` run or a run with script arguments keeps
 nothing unless ``--results`` is given). A benchmark may have named variants, other runs
 worth keeping (the same script with other arguments, such as stores in memory): they run
-with their question and with ``all``, alone as ``<name>:<variant>``, and are kept in
+with their question and with ``all`` (but for ``--quick``, which smoke-runs each script
+once), alone as ``<name>:<variant>``, and are kept in
 ``benchmarks/results/<name>-<variant>.txt``. The figures in ``docs/benchmarks/`` are copied
 from those files, and ``tests/test_benchmarks.py`` checks that each table's numbers are
 in the file its section names.
@@ -293,6 +294,15 @@ def select(names: list[str]) -> list[Selected]:
     ]
 
 
+def to_run(names: list[str], *, quick: bool) -> list[Selected]:
+    """:func:`select`'s runs; a ``--quick`` run smoke-runs each script once, so it keeps
+    a variant only when named."""
+    runs = select(names)
+    if quick:
+        runs = [run for run in runs if not run.variant or run.name in names]
+    return runs
+
+
 def commit() -> str:
     """The checkout's commit, marked when the tree has changes other than kept results
     ("unknown" outside git)."""
@@ -393,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     if out is None and not args.quick and not script_args:
         out = RESULTS
     failed = []
-    for run in select(args.names):
+    for run in to_run(args.names, quick=args.quick):
         chosen = script_args or list(run.bench.quick if args.quick else run.args)
         words = ["python benchmarks/run.py", *(["--quick"] if args.quick else []), run.name]
         command = " ".join(words + (["--", *script_args] if script_args else []))

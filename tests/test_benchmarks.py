@@ -224,5 +224,8 @@ def test_the_runner_refuses_what_it_does_not_have():
     assert [(run.kept, run.args[:2]) for run in memory] == [
         ("reshard-memory.txt", ("--data-dir", "/dev/shm/shardwise"))
     ]
+    quick = [run.name for run in RUNNER.to_run(["tools"], quick=True)]
+    assert quick == ["migrate", "reshard", "inventory"]  # a smoke run: each script once
+    assert [run.name for run in RUNNER.to_run(["reshard:memory"], quick=True)] == ["reshard:memory"]
     with pytest.raises(SystemExit, match="reshard has no variant 'disk'; expected one of"):
         RUNNER.select(["reshard:disk"])
