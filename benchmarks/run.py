@@ -72,6 +72,11 @@ class Benchmark:
     def script(self) -> Path:
         return HERE / f"{self.name}.py"
 
+    @property
+    def runs(self) -> tuple[Selected, ...]:
+        """Its recorded run, then its variants'."""
+        return (Selected(self), *(Selected(self, v) for v, _ in self.variants))
+
 
 @dataclass(frozen=True)
 class Selected:
@@ -259,22 +264,17 @@ BY_NAME = {b.name: b for b in BENCHMARKS}
 def select(names: list[str]) -> list[Selected]:
     """The runs that ``names`` (questions, benchmark names, ``<name>:<variant>`` or
     ``all``) select, in the registry's order (a benchmark before its variants)."""
-    chosen: set[tuple[str, str]] = set()
+    chosen: set[Selected] = set()
     for name in names:
         bench, _, variant = name.partition(":")
         if name == "all":
-            chosen.update((b.name, v) for b in BENCHMARKS for v in ("", *dict(b.variants)))
+            chosen.update(run for b in BENCHMARKS for run in b.runs)
         elif name in QUESTIONS:
-            chosen.update(
-                (b.name, v)
-                for b in BENCHMARKS
-                if b.question == name
-                for v in ("", *dict(b.variants))
-            )
+            chosen.update(run for b in BENCHMARKS if b.question == name for run in b.runs)
         elif name in BY_NAME:
-            chosen.add((name, ""))
+            chosen.add(Selected(BY_NAME[name]))
         elif bench in BY_NAME and variant in dict(BY_NAME[bench].variants):
-            chosen.add((bench, variant))
+            chosen.add(Selected(BY_NAME[bench], variant))
         elif bench in BY_NAME and variant:
             known = [v for v, _ in BY_NAME[bench].variants]
             raise SystemExit(
@@ -286,12 +286,7 @@ def select(names: list[str]) -> list[Selected]:
                 f"run.py: no benchmark or question {name!r}; expected 'all', one of "
                 f"{', '.join(QUESTIONS)}, or a name from --list"
             )
-    return [
-        Selected(b, v)
-        for b in BENCHMARKS
-        for v in ("", *(v for v, _ in b.variants))
-        if (b.name, v) in chosen
-    ]
+    return [run for b in BENCHMARKS for run in b.runs if run in chosen]
 
 
 def to_run(names: list[str], *, quick: bool) -> list[Selected]:
