@@ -303,6 +303,96 @@ def test_region_writes_into_a_rectilinear_array(tmp_path, region):
     assert err.value.key == "tas/c/1/0"
 
 
+# -- consolidated metadata, and every parse zarr-python makes for shardwise ----------------------
+# A user's process has zarr-python's rectilinear flag off: nothing here turns it on, except
+# around zarr-python's own reads (zarr_read), as zarr requires of a user.
+CONSOLIDATED = pytest.mark.filterwarnings(
+    "ignore:Consolidated metadata is currently not part:UserWarning"
+)
+
+
+def _flag_off():
+    assert not zarr.config.get("array.rectilinear_chunks")
+
+
+@CONSOLIDATED
+def test_append_with_consolidated_metadata(tmp_path):
+    """The append of the issue's example: consolidated metadata (the default) brought up
+    to date after the data, the shards there before left as they were."""
+    path = tmp_path / "m.zarr"
+    first = daily(lengths=(31, 28, 31, 30))
+    shardwise.to_zarr(first, path, mode="w", shards="dask", chunks={"time": 1})
+    before = files(path)
+    more = daily(lengths=(31, 29), start="2001-05-01", seed=1)
+    shardwise.to_zarr(more, path, append_dim="time")
+    _flag_off()
+    after = files(path)
+    assert all(after[k] == h for k, h in before.items() if k.startswith("tas/c/"))
+    members = json.loads((path / "zarr.json").read_text())["consolidated_metadata"]["metadata"]
+    assert members["tas"]["shape"] == [180, 8] and members["time"]["shape"] == [180]
+    assert members["tas"]["chunk_grid"] == grid(path)[0]  # the array's own document
+    expected = xr.concat([first, more], "time").load()
+    back = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=True)
+    assert back.tas.chunks[0] == (31, 28, 31, 30, 31, 29)
+    xr.testing.assert_identical(back.load(), expected)
+    with zarr.config.set(FLAG):
+        xr.testing.assert_identical(xr.open_zarr(path, consolidated=True).load(), expected)
+    _flag_off()
+
+
+@CONSOLIDATED
+def test_region_write_and_tree_with_consolidated_metadata(tmp_path):
+    path = tmp_path / "m.zarr"
+    ds = daily(lengths=(10, 6, 14), nx=4)
+    shardwise.to_zarr(ds, path, shards="dask", chunks={"time": 2})
+    shardwise.to_zarr((ds.isel(time=slice(7, 21)) * 0 - 1).chunk({"time": 5}), path, region="auto")
+    _flag_off()
+    expected = ds.tas.values.copy()
+    expected[7:21] = -1
+    np.testing.assert_array_equal(zarr_read(path, "tas"), expected)
+    tree = xr.DataTree.from_dict({"/": xr.Dataset(attrs={"root": 1}), "/a": ds, "/a/b": ds})
+    shardwise.to_zarr(tree, tmp_path / "t.zarr", shards="dask", chunks={"time": 2})
+    _flag_off()
+    members = json.loads((tmp_path / "t.zarr" / "zarr.json").read_text())
+    assert members["consolidated_metadata"]["metadata"]["a/b/tas"]["chunk_grid"]["name"] == (
+        "rectilinear"
+    )
+    back = xr.open_datatree(tmp_path / "t.zarr", engine="shardwise", chunks={})
+    _flag_off()
+    xr.testing.assert_identical(back["a/b"].to_dataset().load(), ds.load())
+
+
+READS = {
+    "xr.open_dataset": lambda p: xr.open_dataset(p, engine="shardwise", consolidated=True).load(),
+    "shardwise.open_dataset": lambda p: shardwise.open_dataset(p, chunks="inner").load(),
+    "from_zarr": lambda p: shardwise.from_zarr(p, "tas").compute(),
+    "ArrayReader": lambda p: shardwise.ArrayReader.open(p, "tas")[...],
+    "info": lambda p: shardwise.info(p),
+    "verify": lambda p: shardwise.verify(p),
+    "inventory": lambda p: shardwise.inventory(p, "tas"),
+    "check_regions": lambda p: shardwise.check_regions(p, [{"time": slice(0, 10)}]),
+    "reshard": lambda p: shardwise.reshard(p, p.parent / "copy.zarr"),
+}
+
+
+@CONSOLIDATED
+@pytest.mark.parametrize("read", sorted(READS))
+def test_every_reader_and_tool_with_the_flag_off(tmp_path, read):
+    """Each public reader and tool on a rectilinear store with consolidated metadata, in
+    a process whose zarr-python flag is off (as a user's is), leaves it off."""
+    path = tmp_path / "m.zarr"
+    shardwise.to_zarr(daily(lengths=(10, 6, 14), nx=4), path, shards="dask", chunks={"time": 2})
+    _flag_off()
+    result = READS[read](path)
+    _flag_off()
+    if read in ("verify",):
+        assert result.ok, result
+    if read == "reshard":
+        np.testing.assert_array_equal(
+            zarr_read(tmp_path / "copy.zarr", "tas"), zarr_read(path, "tas")
+        )
+
+
 # -- bad input ------------------------------------------------------------------------------------
 def _refused(tmp_path, ds, match, **kwargs):
     path = tmp_path / "bad.zarr"

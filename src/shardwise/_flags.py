@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["rectilinear_grids"]
+__all__ = ["consolidate_metadata", "rectilinear_grids"]
 
 
 class _FlagSwitch:
@@ -84,3 +84,19 @@ def rectilinear_grids() -> Iterator[None]:
         yield
     finally:
         _SWITCH.release()
+
+
+def consolidate_metadata(store: Any, path: str | None = None) -> None:
+    """``zarr.consolidate_metadata(store, path)`` with zarr-python's rectilinear flag on:
+    consolidation reads every member's document (``from_dict``) and writes them again
+    (``to_buffer_dict``), both of which refuse a rectilinear grid with the flag off.
+    Every consolidation shardwise makes goes through here. zarr-python's warning that
+    consolidated metadata is not in the Zarr v3 specification (zarr 3.1) is not
+    repeated: xarray's ``to_zarr`` writes it too."""
+    import warnings
+
+    import zarr
+
+    with warnings.catch_warnings(), rectilinear_grids():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        zarr.consolidate_metadata(store, path)

@@ -284,6 +284,38 @@ def test_datatree_to_zarr(tmp_path, consolidated):
         shardwise.to_zarr(tree, tmp_path / "s.zarr", append_dim="t")
 
 
+def test_datatree_shards_and_chunks_by_dimension(tmp_path):
+    """``shards=`` and ``chunks=`` by dimension name apply to every node that has the
+    dimension, as ``tree.chunk({...})`` does (the root here has none); only a name no
+    node has is refused, naming the tree's dimensions, before anything is written."""
+    rng = np.random.default_rng(5)
+    u, w = rng.random((40, 3)), rng.random(40)
+    tree = xr.DataTree.from_dict(
+        {
+            "/": xr.Dataset(attrs={"root": 1}),
+            "/a": xr.Dataset({"u": (("t", "z"), u)}),
+            "/a/b": xr.Dataset({"w": (("t",), w)}),
+        }
+    )
+    shardwise.to_zarr(
+        tree.chunk({"t": 7}),
+        tmp_path / "t.zarr",
+        shards={"t": 15},
+        chunks={"t": 5},
+        consolidated=False,
+    )
+    for path, shape in (("a/u", (15, 3)), ("a/b/w", (15,))):
+        arr = zarr.open_array(tmp_path / "t.zarr", path=path)
+        assert (arr.shards, arr.chunks) == (shape, (5, *shape[1:]))
+    back = xr.open_datatree(tmp_path / "t.zarr", engine="shardwise", consolidated=False)
+    xr.testing.assert_identical(back.load(), tree)
+    with pytest.raises(shardwise.WriteError, match=r"no node of the tree has.*\['t', 'z'\]"):
+        shardwise.to_zarr(tree, tmp_path / "n.zarr", shards={"x": 15})
+    with pytest.raises(shardwise.WriteError, match=r"no node of the tree has"):
+        shardwise.to_zarr(tree, tmp_path / "n.zarr", chunks={"t": 0})
+    assert not (tmp_path / "n.zarr").exists()
+
+
 def test_append_with_encoding_of_existing_variables(tmp_path):
     """xarray refuses an encoding for a variable that exists when appending; so does
     shardwise, with xarray's text first."""

@@ -118,9 +118,11 @@ def parse_document(raw: bytes, key: str) -> Any:
             advice="Upgrade zarr (pip install 'zarr>=3.2').",
         )
     try:
-        if node == "group":
-            return _compat.GroupMetadata.from_dict(doc)
-        with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
+        # zarr-python reads rectilinear grids only with its flag on: an array's own, and
+        # its members' in a group's consolidated metadata
+        with rectilinear_grids():
+            if node == "group":
+                return _compat.GroupMetadata.from_dict(doc)
             return _compat.ArrayV3Metadata.from_dict(doc)
     except UnknownCodecError as e:
         raise UnsupportedCodecError(

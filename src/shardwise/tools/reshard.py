@@ -48,7 +48,7 @@ import dask
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise._flags import rectilinear_grids
+from shardwise._flags import consolidate_metadata, rectilinear_grids
 from shardwise.errors import ShardwiseError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
 from shardwise.format.metadata import ArrayInfo
@@ -606,12 +606,7 @@ def prepare(
         report.arrays.append(rel)
         report.copied.append(rel)
     if consolidated:
-        import warnings
-
-        with warnings.catch_warnings(), rectilinear_grids():
-            # "not part of the Zarr v3 specification": xarray's to_zarr writes it too
-            warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-            zarr.consolidate_metadata(root.store_path.store, root.store_path.path or None)
+        consolidate_metadata(root.store_path.store, root.store_path.path or None)
     return plans, report, recoded
 
 

@@ -36,7 +36,12 @@ def _by_dim(
     return tuple(int(spec.get(d, max(1, n))) for d, n in zip(dims, default, strict=True))
 
 
-def check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
+def check_spec(
+    name: str, spec: Any, dims: set[Hashable], holder: str = "the dataset does not have"
+) -> None:
+    """Refuse a ``shards=`` or ``chunks=`` that is not None, ``"auto"``, ``"dask"``
+    (shards) or positive sizes by the name of a dimension among ``dims`` (``holder``
+    says whose dimensions they are, in the message)."""
     if spec is None or spec == "auto" or (name == "shards" and spec == "dask"):
         return
     if not isinstance(spec, Mapping):
@@ -52,7 +57,7 @@ def check_spec(name: str, spec: Any, dims: set[Hashable]) -> None:
     bad = [d for d, v in spec.items() if not isinstance(v, int | np.integer) or v < 1]
     if unknown or bad:
         raise WriteError(
-            f"`{name}=` names a dimension the dataset does not have, or a size below 1",
+            f"`{name}=` names a dimension {holder}, or a size below 1",
             expected=f"positive sizes for dimensions among {sorted(map(str, dims))}",
             found=repr(dict(spec)),
         )

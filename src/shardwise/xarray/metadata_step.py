@@ -25,6 +25,7 @@ from typing import Any
 from zarr.buffer import default_buffer_prototype
 
 import shardwise._compat as _compat
+from shardwise._flags import consolidate_metadata
 from shardwise.array.claims import (
     Unrecorded,
     call_token,
@@ -539,7 +540,6 @@ class AppendTransaction:
         Every append consolidates after its data, reading the group's document before
         the arrays', so the last consolidation put holds every append committed before
         it."""
-        import zarr
         from zarr.storage import StorePath
 
         root = _join(self.base.path, "zarr.json")
@@ -550,7 +550,7 @@ class AppendTransaction:
             view = StorePath(overlay, self.base.path)
             for leaf in ("zarr.json", ".zmetadata"):  # (their versions, for the commit)
                 _compat.sync(view.store.get(_join(view.path, leaf), default_buffer_prototype()))
-            zarr.consolidate_metadata(view)
+            consolidate_metadata(view)
             try:
                 overlay.commit(consolidation=True)
                 return

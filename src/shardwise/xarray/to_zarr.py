@@ -23,6 +23,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 import shardwise._compat as _compat
+from shardwise._flags import consolidate_metadata
 from shardwise.array.api import is_array, write_array
 from shardwise.array.create import CREATION
 from shardwise.array.options import WriteOptions
@@ -37,7 +38,7 @@ from shardwise.format.metadata import metadata_key
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_dataset, refuse_commit
 from shardwise.xarray.dataset import DatasetWrite
-from shardwise.xarray.encoding import ShardSpec, SizeSpec
+from shardwise.xarray.encoding import ShardSpec, SizeSpec, check_spec
 
 __all__ = ["to_zarr"]
 
@@ -411,6 +412,14 @@ def _lazy_datas(obj: Any) -> list[Any]:
     return [_compat.lazy_data(v) for v in variables]
 
 
+def _on_dims(spec: Any, dims: Any) -> Any:
+    """A ``shards=`` or ``chunks=`` given by dimension name, for one node of a tree: the
+    sizes of the dimensions it has (any other value as it is)."""
+    if isinstance(spec, Mapping):
+        return {d: size for d, size in spec.items() if d in dims}
+    return spec
+
+
 def _tree_to_zarr(
     tree: Any,
     store: Any,
@@ -442,11 +451,18 @@ def _tree_to_zarr(
         raise ValueError(
             f"unexpected encoding group name(s) provided: {set(encoding) - set(tree.groups)}"
         )
+    # shards= and chunks= by dimension name apply to every node that has the dimension,
+    # as tree.chunk({...}) does: refused only for a name no node has
+    dims = {d for node in tree.subtree for d in node.dims}
+    specs = {k: kwargs.pop(k) for k in ("shards", "chunks") if k in kwargs}
+    for name, spec in specs.items():
+        check_spec(name, spec, dims, holder="no node of the tree has")
     writes = []
     for rel_path, node in tree.subtree_with_keys:
         at_root = node is tree
+        ds = node.to_dataset(inherit=at_root)
         write = DatasetWrite(
-            node.to_dataset(inherit=at_root),
+            ds,
             store,
             options,
             None,
@@ -455,6 +471,7 @@ def _tree_to_zarr(
             encoding=encoding.get(node.path),
             compute=False,
             consolidated=False,
+            **{name: _on_dims(spec, ds.dims) for name, spec in specs.items()},
             **kwargs,
         )
         writes.append(write.run())
@@ -462,7 +479,7 @@ def _tree_to_zarr(
     stores = dask.compute(*writes, **(chunkmanager_store_kwargs or {})) if compute else None
     if consolidated or consolidated is None:  # as xarray: consolidated unless told not to
         root = zarr.open_group(store, mode="r+", storage_options=kwargs.get("storage_options"))
-        zarr.consolidate_metadata(root.store_path)
+        consolidate_metadata(root.store_path)
     if not compute:
         return writes[0] if len(writes) == 1 else dask.delayed(list)(writes)
     assert stores is not None
