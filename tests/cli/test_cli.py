@@ -1065,3 +1065,14 @@ def test_reshard_names_a_document_with_a_shard_no_inner_chunk_divides(tmp_path):
     assert proc.returncode == 2, proc.stderr  # the input's fault (docs/cli.md)
     assert "'v'" in proc.stderr and "v/zarr.json" in proc.stderr, proc.stderr
     assert "not divisible" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_reshard_of_shards_of_two_to_the_62_exits_2(tmp_path):
+    from test_reshard import giant_shards
+
+    src = giant_shards(tmp_path / "src.zarr")
+    proc = run("reshard", src, tmp_path / "dst.zarr")
+    assert proc.returncode == 2, proc.stderr  # the input's fault (docs/cli.md)
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "'v'" in proc.stderr and "v/zarr.json" in proc.stderr, proc.stderr
+    assert not (tmp_path / "dst.zarr").exists()

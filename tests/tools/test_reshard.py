@@ -469,3 +469,50 @@ def test_a_document_with_a_shard_no_inner_chunk_divides_is_named(tmp_path, sizes
     assert info.value.array == "v" and info.value.key == "v/zarr.json"
     assert "rewrite it" in str(info.value)
     assert not (tmp_path / "dst.zarr").exists()
+
+
+def giant_shards(path: Path, extent: int = 40) -> Path:
+    """A valid document whose shards and inner chunks are 2**62 long along 't', on an
+    array of ``extent``: cut to the extent, the inner chunk divides no shard."""
+    src = zarr.open_group(path, mode="w", zarr_format=3)
+    src.create_array(
+        "v", shape=(extent,), dtype="f4", chunks=(5,), shards=(10,), dimension_names=["t"]
+    )
+    meta = json.loads((path / "v" / "zarr.json").read_text())
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [2**62]
+    meta["codecs"][0]["configuration"]["chunk_shape"] = [2**62]
+    (path / "v" / "zarr.json").write_text(json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize(
+    "sizes, error",
+    [
+        ({}, shardwise.errors.TooLargeError),  # inner chunks of 8: 2**59 of them per shard
+        ({"chunks": {"t": 40}}, shardwise.WriteError),  # 2**62 is no multiple of 40
+    ],
+)
+def test_shards_of_two_to_the_62_are_refused_naming_the_document(tmp_path, sizes, error):
+    """zarr-python's own ValueError ('Chunk edge length ... is not divisible') never
+    reaches the user: a shardwise error names the array and the source's zarr.json,
+    before anything is read of the data or written."""
+    src = giant_shards(tmp_path / "src.zarr")
+    with pytest.raises(error) as info:
+        shardwise.reshard(src, tmp_path / "dst.zarr", **sizes)
+    assert isinstance(info.value, ValueError)  # (what a caller of zarr-python catches)
+    assert info.value.array == "v" and info.value.key == "v/zarr.json"
+    assert "Chunk edge length" not in str(info.value)
+    assert not (tmp_path / "dst.zarr").exists()
+
+
+def test_a_kept_grid_with_inner_chunks_cut_to_the_extent(tmp_path):
+    """Shards and inner chunks of 200 on 30 values: the inner chunk, cut to the array's
+    extent (30), becomes the largest that divides the kept shards (10)."""
+    src = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    src.create_array("v", shape=(30,), dtype="f4", chunks=(200,), shards=(200,))[...] = np.arange(
+        30
+    )
+    shardwise.reshard(tmp_path / "s.zarr", tmp_path / "d.zarr")
+    out = zarr.open_array(tmp_path / "d.zarr", path="v")
+    assert (out.shards, out.chunks) == ((200,), (10,))
+    np.testing.assert_array_equal(out[...], np.arange(30))

@@ -51,7 +51,7 @@ import shardwise._compat as _compat
 from shardwise._flags import consolidate_metadata, rectilinear_grids
 from shardwise.errors import ShardwiseError, StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards, check_write_geometry
-from shardwise.format.metadata import ArrayInfo
+from shardwise.format.metadata import ArrayInfo, metadata_key
 from shardwise.format.names import key_under, node_path
 from shardwise.format.v2 import V2ArrayInfo
 from shardwise.graph.copy import (
@@ -277,29 +277,44 @@ def _plan_array(
             shard_shape = tuple(o if isinstance(o, int) else max(o) for o in outer)
         inner = auto_chunks(shard_shape, itemsize)
     if grid is None:
-        # a dimension whose inner chunk was not chosen follows the shard size given
-        inner = tuple(
-            math.gcd(s, c) if s % c and n not in sized_chunks else c
-            for n, s, c in zip(names, shard_shape, inner, strict=True)
-        )
-        for n, s, c in zip(names, shard_shape, inner, strict=True):
-            if s % c:
-                raise WriteError(
-                    "the shard size is not a multiple of the inner chunk size",
-                    expected=f"a multiple of {c} along {n!r}",
-                    found=str(s),
-                    array=rel or "/",
-                    advice=f"Use shards {{{n!r}: {-(-s // c) * c}}} or an inner chunk "
-                    f"that divides {s}.",
-                )
         grid = {"name": "regular", "configuration": {"chunk_shape": list(shard_shape)}}
+    edges = grid["configuration"].get("chunk_shape") or _outer(info)
+    # a dimension whose inner chunk was not chosen follows the shard sizes (a kept
+    # grid's too: the source's inner chunk may have been cut to the array's extent)
+    inner = tuple(
+        c if n in sized_chunks else math.gcd(c, *_edges(e))
+        for n, e, c in zip(names, edges, inner, strict=True)
+    )
+    # the source's document, where the sizes come from it rather than from the call
+    key = None if sized_shards and sized_chunks else _document_key(info)
+    for n, e, c in zip(names, edges, inner, strict=True):
+        if s := next((s for s in _edges(e) if s % c), 0):
+            raise WriteError(
+                "the shard size is not a multiple of the inner chunk size",
+                expected=f"a multiple of {c} along {n!r}",
+                found=str(s),
+                array=rel or "/",
+                key=key,
+                advice=f"Use shards {{{n!r}: {-(-s // c) * c}}} or an inner chunk "
+                f"that divides {s}.",
+            )
+    check_write_geometry(edges, inner, itemsize, array=rel or "/", key=key)
     chain, _ = _target_codecs(info, codecs)
     metadata = _metadata(kind, info, grid, [_sharded(inner, chain)], same_grid=False)
-    outer_sizes = grid["configuration"].get("chunk_shape") or _outer(info)
-    check_write_geometry(outer_sizes, inner, itemsize, array=rel or "/")
     src_chain = info.codecs if info.sharding is None else info.sharding.codecs
     repack = inner == src_inner and _same_chain(chain, src_chain)
     return metadata, repack, None
+
+
+def _document_key(info: ArrayInfo) -> str:
+    """The store key of the source array's metadata document."""
+    key = metadata_key(info.path)
+    return key.removesuffix("zarr.json") + ".zarray" if isinstance(info, V2ArrayInfo) else key
+
+
+def _edges(sizes: int | Sequence[int]) -> tuple[int, ...]:
+    """The shard edges of one dimension: its size (regular) or every edge (rectilinear)."""
+    return (sizes,) if isinstance(sizes, int) else tuple(sizes)
 
 
 def _sharded(inner: tuple[int, ...], chain: tuple[Any, ...]) -> dict[str, Any]:
@@ -331,8 +346,19 @@ def _metadata(
         dimension_names=dims,
         storage_transformers=[],
     )
-    with rectilinear_grids():
-        return _compat.ArrayV3Metadata.from_dict(doc)
+    try:
+        with rectilinear_grids():
+            return _compat.ArrayV3Metadata.from_dict(doc)
+    except ValueError as e:  # (what the checks of _plan_array did not foresee)
+        raise WriteError(
+            "zarr-python refuses the destination's metadata made from the source's",
+            expected="an array document zarr-python accepts",
+            found=f"{type(e).__name__}: {e}",
+            array=info.path or "/",
+            key=_document_key(info),
+            advice="Give shards= and chunks= for this array (--shards, --chunks), or leave "
+            "it out with variables=[...] (--var). Nothing was written.",
+        ) from e
 
 
 # -- the entry point ---------------------------------------------------------------------
