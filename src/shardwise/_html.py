@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from shardwise.format.grid import DimGrid
 from shardwise.format.metadata import ArrayInfo
 
 __all__ = [
     "MAX_CELLS",
+    "ShardMap",
     "ShardState",
     "array_html",
     "esc",
     "frame",
     "grid_svg",
+    "grids",
     "table",
 ]
 
@@ -168,8 +172,9 @@ def grid_svg(
         for c in range(len(xs) - 1):
             s = int(st[r, c])
             f = float(fr[r, c])
-            if s == STORED and not math.isnan(f):
-                fill, opacity = _STORED, 0.15 + 0.85 * min(max(f, 0.0), 1.0)
+            if s == STORED:  # (solid where the share of inner chunks is not known)
+                fill = _STORED
+                opacity = 1.0 if math.isnan(f) else 0.15 + 0.85 * min(max(f, 0.0), 1.0)
             else:
                 fill, opacity = _FILL.get(s, _FILL[UNKNOWN]), 1.0
             title = ""
@@ -195,8 +200,12 @@ def grid_svg(
             f'transform="rotate(-90,{pad + width + 12:.2f},{pad + height / 2:.2f})">'
             f"{esc(axis_names[0])}</text>"
         )
-    legend = "shaded by the share of inner chunks stored" if (st == STORED).any() else ""
-    words = [w for w in (legend, *caption) if w]
+    shaded = (st == STORED) & ~np.isnan(fr)
+    legend = [
+        "shaded by the share of inner chunks stored" if shaded.any() else "",
+        "red: damaged" if (st == DAMAGED).any() else "",
+    ]
+    words = [w for w in (*legend, *caption) if w]
     for i, w in enumerate(words):
         texts.append(
             f'<text x="{pad:.2f}" y="{pad + height + 32 + 14 * i:.2f}" font-size="11">'
@@ -216,22 +225,122 @@ def grid_svg(
 _DRAWN_SHARDS = 1_000_000  # an array's grid is drawn up to this many shards
 
 
+def _starts(d: DimGrid) -> npt.NDArray[np.int64]:
+    """Where each shard along a dimension starts, and the extent last."""
+    return np.append(d.starts(), d.extent)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ShardMap:
+    """An array's shard grid as a report keeps it for its picture: the array's layout and
+    the shards looked at, each with its :class:`ShardState` and the share of its inner
+    chunks stored (NaN: not known). Sparse: it holds the shards listed, not the grid, so
+    a report of a few shards stored in a grid of 10**14 stays small.
+
+    ``listed``: the store was listed, so a shard not among ``shards`` is absent (else
+    not known: an ``ArrayReader``'s picture, drawn without a request)."""
+
+    info: ArrayInfo
+    shards: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.int64)
+    )  # (n, ndim)
+    state: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    share: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    listed: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        info: ArrayInfo,
+        stored: Iterable[tuple[int, ...]],
+        *,
+        share: Iterable[float] | None = None,
+        damaged: Iterable[tuple[int, ...]] = (),
+    ) -> ShardMap:
+        """The map of a listed array: the shards ``stored`` (with the ``share`` of each
+        one's inner chunks, where known), those among them or beside them ``damaged``."""
+        bad = set(damaged)
+        coords = list(dict.fromkeys([*stored, *bad]))
+        shares = list(share) if share is not None else []
+        known = np.full(len(coords), np.nan)
+        known[: len(shares)] = shares
+        return cls(
+            info,
+            np.array(coords, dtype=np.int64).reshape(len(coords), info.ndim),
+            np.array([DAMAGED if c in bad else STORED for c in coords], dtype=np.int8),
+            known,
+            listed=True,
+        )
+
+    @property
+    def nshards(self) -> int:
+        return math.prod(self.info.layout.grid_shape)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        given = self.info.dimension_names or (None,) * self.info.ndim
+        return tuple(f"axis {i}" if n is None else str(n) for i, n in enumerate(given))
+
+    def svg(self) -> str:
+        """The picture (:func:`grid_svg`); empty past :data:`_DRAWN_SHARDS` shards or
+        without a dimension."""
+        grid = self.info.layout.grid_shape
+        if self.nshards > _DRAWN_SHARDS or not self.info.ndim:
+            return ""
+        state = np.full(grid, ABSENT if self.listed else UNKNOWN, dtype=np.int8)
+        share = np.full(grid, np.nan)
+        shards = self.shards.reshape(-1, self.info.ndim)
+        inside = np.all((shards >= 0) & (shards < np.array(grid)), axis=1)
+        where = tuple(shards[inside].T)
+        state[where] = self.state[inside]
+        share[where] = self.share[inside]
+        edges = [_starts(d) for d in self.info.layout.dims]
+        return grid_svg(edges, self.names, state=state, stored=share)
+
+    def html(self) -> str:
+        """The picture, or a line saying why there is none."""
+        return self.svg() or (
+            f"<div style='font-size:smaller'>{self.nshards} shards: grid not drawn</div>"
+        )
+
+
 def array_html(info: ArrayInfo, store: Any) -> str:
     """An ``ArrayReader``'s view: the array's table and its shard grid, drawn without
     reading an index (``shardwise.shard_grid(shardwise.inventory(...))`` shows what is
     stored). Grids of more than a million shards are not drawn."""
-    layout = info.layout
-    given = info.dimension_names or (None,) * info.ndim
-    names = tuple(f"axis {i}" if n is None else n for i, n in enumerate(given))
+    grid = ShardMap(info)
     rows = [
         ("array", info.name),
         ("store", store),
-        ("shape", " x ".join(f"{n}: {s}" for n, s in zip(names, info.shape, strict=True))),
+        ("shape", " x ".join(f"{n}: {s}" for n, s in zip(grid.names, info.shape, strict=True))),
         ("dtype", info.dtype),
-        ("shards", " x ".join(str(n) for n in layout.grid_shape)),
+        ("shards", " x ".join(str(n) for n in info.layout.grid_shape)),
     ]
-    nshards = math.prod(layout.grid_shape)
-    if nshards > _DRAWN_SHARDS or not info.ndim:
-        return frame(table("shardwise.ArrayReader", rows, note=f"{nshards} shards: grid not drawn"))
-    edges = [[d.shard_start(i) for i in range(d.nshards)] + [d.extent] for d in layout.dims]
-    return frame(table("shardwise.ArrayReader", rows) + grid_svg(edges, names))
+    picture = grid.svg()
+    if not picture:
+        return frame(
+            table("shardwise.ArrayReader", rows, note=f"{grid.nshards} shards: grid not drawn")
+        )
+    return frame(table("shardwise.ArrayReader", rows) + picture)
+
+
+_DRAWN_ARRAYS = 12  # a report draws the grids of this many arrays at the most
+
+
+def grids(arrays: Iterable[tuple[str, ShardMap | None]] | Iterable[Any]) -> str:
+    """The shard grids of a report's arrays, side by side, each under its name: pairs of
+    (name, map), or values with ``path`` and ``grid`` (``info``'s summaries). The
+    first :data:`_DRAWN_ARRAYS` are drawn, and the rest counted."""
+    pairs = [a if isinstance(a, tuple) else (a.path, a.grid) for a in arrays]
+    drawn = [(name, grid) for name, grid in pairs if grid is not None]
+    cells = "".join(
+        f"<div style='margin:0 1em 0.5em 0'><div><b>{esc(name or '/')}</b></div>{grid.html()}</div>"
+        for name, grid in drawn[:_DRAWN_ARRAYS]
+    )
+    more = len(drawn) - _DRAWN_ARRAYS
+    note = (
+        f"<div style='font-size:smaller'>the grids of {more} more arrays are not drawn</div>"
+        if more > 0
+        else ""
+    )
+    return f"<div style='display:flex;flex-wrap:wrap'>{cells}</div>{note}" if cells else ""

@@ -141,3 +141,66 @@ def test_a_verify_report_marks_its_shards_damaged(tmp_path):
     fills = [c.get("fill") for c in rects(grid.svg())]
     assert fills[0] == "#d62728" and fills.count("#d62728") == 1
     assert "damaged shards" in grid._repr_html_()
+
+
+def svgs(page: str) -> list[list[ET.Element]]:
+    """The cells of every picture in a page."""
+    out, at = [], 0
+    while (start := page.find("<svg", at)) >= 0:
+        at = page.index("</svg>", start) + len("</svg>")
+        out.append(rects(page[start:at]))
+    return out
+
+
+def test_info_and_verify_draw_the_shard_grid(tmp_path):
+    """info's picture: each stored shard shaded by its share of inner chunks, the others
+    absent (white); verify's: the shards it checked, the damaged one red, as the
+    inventory's view draws them."""
+    store = sparse_array(tmp_path)
+    (cells,) = svgs(shardwise.info(store)._repr_html_())
+    assert [c.get("fill") for c in cells] == ["#1f77b4", "#ffffff", "#ffffff", "#1f77b4"]
+    assert [float(c.get("fill-opacity")) for c in cells] == [1.0, 1.0, 1.0, 0.575]
+    (cells,) = svgs(shardwise.info(store, scan=False)._repr_html_())  # nothing read: unknown
+    assert {c.get("fill") for c in cells} == {"#ECB172"}
+    (cells,) = svgs(shardwise.verify(store)._repr_html_())
+    assert [c.get("fill") for c in cells] == ["#1f77b4", "#ffffff", "#ffffff", "#1f77b4"]
+    victim = store / "v" / "c" / "1" / "1"
+    raw = bytearray(victim.read_bytes())
+    raw[3] ^= 0xFF  # the first inner chunk's zstd frame
+    victim.write_bytes(bytes(raw))
+    page = shardwise.verify(store, decode=True)._repr_html_()
+    (cells,) = svgs(page)
+    assert [c.get("fill") for c in cells] == ["#1f77b4", "#ffffff", "#ffffff", "#d62728"]
+    assert "red: damaged" in page and "v/c/1/1" in page  # the picture, then the table
+
+
+def test_a_million_shards_are_drawn_in_blocks(tmp_path):
+    """1000 x 1000 shards, two stored (then one of them damaged): both reports draw at
+    most MAX_CELLS cells, verify the damaged shard's block red, in a page of bounded
+    size."""
+    store = tmp_path / "m.zarr"
+    arr = zarr.create_array(
+        store, name="v", shape=(1000, 1000), shards=(1, 1), chunks=(1, 1), dtype="u1"
+    )
+    arr[0, 0] = 1
+    arr[999, 999] = 2
+    pages = [shardwise.info(store)._repr_html_()]
+    victim = store / "v" / "c" / "999" / "999"
+    victim.write_bytes(victim.read_bytes()[:-1])  # the index cut short
+    pages.append(shardwise.verify(store)._repr_html_())
+    for page in pages:
+        assert len(page) < 500_000
+        (cells,) = svgs(page)
+        assert len(cells) == 50 * 50 <= h.MAX_CELLS
+        assert "1000 x 1000 shards drawn as 50 x 50 cells of up to 20 x 20 shards" in page
+        fills = [c.get("fill") for c in cells]
+        assert fills[0] == "#1f77b4" and fills[1:-1] == ["#ffffff"] * (50 * 50 - 2)
+    assert fills[-1] == "#d62728"  # verify's picture: damaged
+
+
+def test_a_report_draws_a_dozen_grids_and_counts_the_rest(tmp_path):
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    for i in range(14):
+        root.create_array(f"a{i:02}", shape=(4,), shards=(2,), chunks=(1,), dtype="u1")[...] = 1
+    page = shardwise.verify(tmp_path / "g.zarr")._repr_html_()
+    assert len(svgs(page)) == 12 and "the grids of 2 more arrays are not drawn" in page

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shardwise._html import esc, frame, table
+from shardwise._html import ShardMap, esc, frame, grids, table
 from shardwise.errors import ShardwiseError
 from shardwise.io.sources import open_source
 from shardwise.tools._text import (
@@ -31,7 +31,7 @@ from shardwise.tools._text import (
     shape_list,
     store_name,
 )
-from shardwise.tools.inventory import totals_of
+from shardwise.tools.inventory import summary_of
 
 if TYPE_CHECKING:
     from shardwise.format.metadata import ArrayInfo
@@ -90,11 +90,19 @@ class ArraySummary:
     chunks_present: int | None = None
     chunks_total: int | None = None
     error: str | None = None
+    grid: ShardMap | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, path: str, info: ArrayInfo, totals: Mapping[str, Any] | None) -> ArraySummary:
+    def of(
+        cls,
+        path: str,
+        info: ArrayInfo,
+        totals: Mapping[str, Any] | None,
+        grid: ShardMap | None = None,
+    ) -> ArraySummary:
         """The summary of an array; ``totals`` are its inventory's attributes (None when
-        it was not scanned)."""
+        it was not scanned), ``grid`` the map they were counted from (by default, the
+        grid with nothing known of its shards)."""
         a = totals
         return cls(
             path=path,
@@ -111,13 +119,14 @@ class ArraySummary:
             shards_total=info.layout.nshards,
             chunks_present=None if a is None else a["chunks_present"],
             chunks_total=None if a is None else a["chunks_total"],
+            grid=ShardMap(info) if grid is None else grid,
         )
 
     def to_dict(self) -> dict[str, Any]:
         def plain(v: Any) -> Any:
             return [plain(x) for x in v] if isinstance(v, tuple | list) else v
 
-        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__}
+        return {k: plain(getattr(self, k)) for k in self.__dataclass_fields__ if k != "grid"}
 
     def lines(self) -> list[str]:
         out = [
@@ -256,7 +265,7 @@ class Info:
             for r in rows
         )
         header = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in cols)
-        return frame(f"{head}<table><tr>{header}</tr>{body}</table>")
+        return frame(f"{head}<table><tr>{header}</tr>{body}</table>{grids(self.arrays)}")
 
     def __str__(self) -> str:
         stored_ = self.stored_bytes
@@ -321,7 +330,7 @@ def info(
             arrays.append(ArraySummary.of(path, a, None))
             continue
         try:
-            arrays.append(ArraySummary.of(path, a, totals_of(src, a)))
+            arrays.append(ArraySummary.of(path, a, *summary_of(src, a)))
         except ShardwiseError as e:
             failed = ArraySummary.of(path, a, None)
             arrays.append(

@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 import shardwise._compat as _compat
 import shardwise.config as config
+from shardwise._html import ShardMap
 from shardwise.codecs import codec_name
 from shardwise.errors import ArrayChoiceError, TooLargeError
 from shardwise.format.grid import INT64_MAX
@@ -295,8 +296,27 @@ def totals_of(src: Source, info: ArrayInfo) -> dict[str, Any]:
     """An array's inventory totals (the attributes of its ``inventory``), from its
     stored shards alone: one listing and an index read per stored shard, never a pass
     over the grid."""
+    return summary_of(src, info)[0]
+
+
+def summary_of(src: Source, info: ArrayInfo) -> tuple[dict[str, Any], ShardMap]:
+    """:func:`totals_of`'s totals, and the map of the shards they were counted from
+    (each stored shard with the share of its inner chunks stored), for a picture."""
     found = _found(src, info)
-    return _attrs(src, info, found, probe(src.store, info, found))
+    probed = probe(src.store, info, found)
+    shares = {}
+    for shard, (sizes, _) in zip(found.shards, probed, strict=True):
+        if sizes is not None:
+            inside = _inside(info, shard, sizes)
+            shares[shard] = float((inside >= 0).sum()) / max(inside.size, 1)
+    return _attrs(src, info, found, probed), ShardMap.of(info, shares, share=list(shares.values()))
+
+
+def _inside(info: ArrayInfo, shard: tuple[int, ...], sizes: Sizes) -> Sizes:
+    """A shard's inner-chunk sizes (-1: absent) of the inner chunks inside the array
+    (an edge shard reaching past the extent has others)."""
+    dims = info.layout.dims
+    return sizes[tuple(slice(0, d.inner_in_shard(s)) for d, s in zip(dims, shard, strict=True))]
 
 
 def _inventory(src: Source, info: ArrayInfo, *, progress: bool = False) -> xr.Dataset:
@@ -355,9 +375,7 @@ def _attrs(
             object_bytes += found.sizes[i]
         if sharded:
             index_bytes += index_format(info, shard, formats).nbytes
-        inside = sizes[
-            tuple(slice(0, d.inner_in_shard(s)) for d, s in zip(layout.dims, shard, strict=True))
-        ]
+        inside = _inside(info, shard, sizes)
         present = inside[inside >= 0]
         chunks_present += present.size
         inside_bytes = _total(present)

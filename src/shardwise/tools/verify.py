@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 import shardwise._compat as _compat
-from shardwise._html import esc, frame, table
+from shardwise._html import ShardMap, esc, frame, grids, table
 from shardwise.codecs import Context, ShardDecoder, verify_crc32c
 from shardwise.errors import NotAZarrStoreError, ShardwiseError
 from shardwise.format.index import EMPTY
@@ -106,6 +106,9 @@ class VerifyReport:
         Whether no problem was found.
     bad_keys : list of str
         The store keys with a problem.
+    grids : dict of str to ShardMap
+        Each array's shards as a notebook draws them: the ones stored, the damaged ones
+        red.
     """
 
     arrays: list[str] = field(default_factory=list)
@@ -115,6 +118,7 @@ class VerifyReport:
     bytes_read: int = 0
     problems: list[Problem] = field(default_factory=list)
     strays: list[str] = field(default_factory=list)  # keys under an array that no chunk has
+    grids: dict[str, ShardMap] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +153,7 @@ class VerifyReport:
             (k, "", "stray", "not a chunk of its array (left over from a write?)")
             for k in self.strays
         ]
+        head += grids(self.grids.items())
         if not rows:
             return frame(head)
         body = "".join(
@@ -353,7 +358,6 @@ async def _verify_array(
     # the listing decides which shards there are: the work follows the shards stored,
     # not the grid (a grid of 10**14 shards with a few stored costs a few)
     shards: dict[str, tuple[int, ...]] = {}
-    stored = []
     for key in sorted(keys):
         shard = info.coords(key)
         if shard is None:
@@ -366,14 +370,30 @@ async def _verify_array(
             report.problems.append(Problem(info.name, key, None, type(e).__name__, str(e), shard))
             continue
         shards[key] = shard
-        stored.append(key)
     whole, crc_only = _checks(reader, decode)
     sharded = info.sharding is not None
     if bar is not None:
-        bar.total += len(stored)
+        bar.total += len(shards)
         bar.refresh()
-    if not sharded and not whole:
-        return  # chunks with no checksum: nothing to check short of decode=True
+    if sharded or whole:  # (chunks with no checksum: nothing to check short of decode=True)
+        await _check_shards(reader, report, shards, whole, crc_only, bar)
+    report.grids[info.name] = ShardMap.of(
+        info, shards.values(), damaged=report.damaged_shards(info.name)
+    )
+
+
+async def _check_shards(
+    reader: ArrayReader,
+    report: VerifyReport,
+    shards: dict[str, tuple[int, ...]],
+    whole: bool,
+    crc_only: bool,
+    bar: Any,
+) -> None:
+    """Check the ``shards`` listed (key: grid coordinates), :data:`_BATCH` at a time:
+    their indexes alone, or (``whole``) whole objects."""
+    info = reader.info
+    stored = list(shards)
     for i in range(0, len(stored), _BATCH):
         batch = stored[i : i + _BATCH]
         if not whole:  # the indexes alone, read as a read reads them
