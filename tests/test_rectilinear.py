@@ -362,37 +362,6 @@ def test_region_write_and_tree_with_consolidated_metadata(tmp_path):
     xr.testing.assert_identical(back["a/b"].to_dataset().load(), ds.load())
 
 
-READS = {
-    "xr.open_dataset": lambda p: xr.open_dataset(p, engine="shardwise", consolidated=True).load(),
-    "shardwise.open_dataset": lambda p: shardwise.open_dataset(p, chunks="inner").load(),
-    "from_zarr": lambda p: shardwise.from_zarr(p, "tas").compute(),
-    "ArrayReader": lambda p: shardwise.ArrayReader.open(p, "tas")[...],
-    "info": lambda p: shardwise.info(p),
-    "verify": lambda p: shardwise.verify(p),
-    "inventory": lambda p: shardwise.inventory(p, "tas"),
-    "check_regions": lambda p: shardwise.check_regions(p, [{"time": slice(0, 10)}]),
-    "reshard": lambda p: shardwise.reshard(p, p.parent / "copy.zarr"),
-}
-
-
-@CONSOLIDATED
-@pytest.mark.parametrize("read", sorted(READS))
-def test_every_reader_and_tool_with_the_flag_off(tmp_path, read):
-    """Each public reader and tool on a rectilinear store with consolidated metadata, in
-    a process whose zarr-python flag is off (as a user's is), leaves it off."""
-    path = tmp_path / "m.zarr"
-    shardwise.to_zarr(daily(lengths=(10, 6, 14), nx=4), path, shards="dask", chunks={"time": 2})
-    _flag_off()
-    result = READS[read](path)
-    _flag_off()
-    if read in ("verify",):
-        assert result.ok, result
-    if read == "reshard":
-        np.testing.assert_array_equal(
-            zarr_read(tmp_path / "copy.zarr", "tas"), zarr_read(path, "tas")
-        )
-
-
 # -- bad input ------------------------------------------------------------------------------------
 def _refused(tmp_path, ds, match, **kwargs):
     path = tmp_path / "bad.zarr"
