@@ -48,6 +48,7 @@ from shardwise.errors import WriteError
 from shardwise.io.azure_blob import AdlfsConditional
 from shardwise.io.cloud import ObstoreConditional, S3fsConditional
 from shardwise.io.conditional import LocalConditional, MemoryConditional
+from shardwise.io.exit import watch
 from shardwise.io.gcs import GcsfsConditional
 from shardwise.io.versioned import Conditional
 
@@ -193,6 +194,7 @@ def conditional(store: Any) -> Conditional | None:
     obstore's object stores."""
     from zarr.storage import MemoryStore
 
+    watch(beneath(store))  # (a process that used obstore settles its threads at exit)
     if isinstance(store, SupportsConditional):
         return store.shardwise_conditional()
     found = beneath(store, DATA)

@@ -29,7 +29,8 @@ from zarr.abc.store import Store
 
 import shardwise._compat as _compat
 from shardwise.format.metadata import metadata_key
-from shardwise.io.capabilities import conditional, session_store
+from shardwise.io.capabilities import beneath, conditional, session_store
+from shardwise.io.exit import watch
 from shardwise.io.versioned import Conditional
 
 __all__ = [
@@ -84,8 +85,11 @@ def store_path(
     target = session_store(store)
     if mode == "r":
         target = readable(target)
-    found = _compat.make_store_path(target, mode=mode, storage_options=storage_options)
-    return _compat.sync(found)
+    found = _compat.sync(
+        _compat.make_store_path(target, mode=mode, storage_options=storage_options)
+    )
+    watch(beneath(found.store))  # (a process that used obstore settles its threads at exit)
+    return found
 
 
 def readable(store: Any) -> Any:
