@@ -291,14 +291,22 @@ class AzuriteServer(ServerProcess):
         a proxy's ``http://127.0.0.1:P/devstoreaccount1`` in front of it)."""
         from obstore.store import AzureStore
 
-        return AzureStore(
-            container,
-            prefix=prefix,
-            endpoint=endpoint or self.endpoint,
-            account_name=ACCOUNT,
-            account_key=KEY,
-            client_options={"allow_http": True},
-        )
+        return AzureStore(**self.obstore_spec(container, prefix, endpoint)["kwargs"])
+
+    def obstore_spec(
+        self, container: str, prefix: str | None = None, endpoint: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`azure_store` as a job process opens it (``concurrency_worker.py``'s
+        ``obstore``): the class and its keyword arguments."""
+        kwargs = {
+            "container_name": container,
+            "prefix": prefix,
+            "endpoint": endpoint or self.endpoint,
+            "account_name": ACCOUNT,
+            "account_key": KEY,
+            "client_options": {"allow_http": True},
+        }
+        return {"class": "AzureStore", "kwargs": kwargs}
 
     def obstore(
         self, container: str, prefix: str | None = None, endpoint: str | None = None

@@ -2,8 +2,9 @@
 own: ``python concurrency_worker.py '<json>'``.
 
 The json says where the array is (``store``: a local path or an ``s3://``, ``gs://``
-or ``az://`` URL, with ``storage_options``; or ``azure_store``: the arguments of an
-obstore ``AzureStore``), what to do (``job``) and as whom (``proc``, ``nprocs``):
+or ``az://`` URL, with ``storage_options``; or ``obstore``: an obstore store's class
+in ``obstore.store`` and its keyword arguments, as ``{"class": "S3Store", "kwargs":
+{...}}``, opened as zarr-python's ``ObjectStore``), what to do (``job``) and as whom (``proc``, ``nprocs``):
 
 - ``"regions"``: for ``rounds`` rounds, write each of this process's regions of
   ``rows`` rows (region ``i`` of the array belongs to process ``i % nprocs``), one
@@ -49,11 +50,12 @@ def main(argv: list[str]) -> None:
         options["independent_writers"] = cfg["independent_writers"]
     so = cfg.get("storage_options")
     store = cfg["store"]
-    if "azure_store" in cfg:  # obstore's AzureStore: its arguments, the store's path
-        from obstore.store import AzureStore
+    if "obstore" in cfg:  # an obstore store: its class and arguments (prefix: the path)
+        import obstore.store
         from zarr.storage import ObjectStore
 
-        store, so = ObjectStore(AzureStore(**cfg["azure_store"])), None
+        spec = cfg["obstore"]
+        store, so = ObjectStore(getattr(obstore.store, spec["class"])(**spec["kwargs"])), None
     proc, nprocs, rounds, rows = cfg["proc"], cfg["nprocs"], cfg["rounds"], cfg["rows"]
     t0 = time.perf_counter()
     calls = 0

@@ -281,18 +281,25 @@ class S3Server(ServerProcess):
         from obstore.store import S3Store
         from zarr.storage import ObjectStore
 
-        s3 = S3Store(
-            bucket,
-            prefix=prefix,
-            endpoint=endpoint or self.endpoint,
-            access_key_id=KEY,
-            secret_access_key=SECRET,
-            region=REGION,
-            virtual_hosted_style_request=False,  # path style: http://host:port/bucket/key
-            skip_signature=False,
-            client_options={"allow_http": True},
-        )
-        return ObjectStore(s3)
+        return ObjectStore(S3Store(**self.obstore_spec(bucket, prefix, endpoint)["kwargs"]))
+
+    def obstore_spec(
+        self, bucket: str, prefix: str | None = None, endpoint: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`obstore`'s ``S3Store`` as a job process opens it
+        (``concurrency_worker.py``'s ``obstore``): the class and its keyword arguments."""
+        kwargs = {
+            "bucket": bucket,
+            "prefix": prefix,
+            "endpoint": endpoint or self.endpoint,
+            "access_key_id": KEY,
+            "secret_access_key": SECRET,
+            "region": REGION,
+            "virtual_hosted_style_request": False,  # path style: http://host:port/bucket/key
+            "skip_signature": False,
+            "client_options": {"allow_http": True},
+        }
+        return {"class": "S3Store", "kwargs": kwargs}
 
     # -- the logs ------------------------------------------------------------------------
     def mark(self) -> Mark:

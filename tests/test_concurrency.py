@@ -140,15 +140,24 @@ def check_appended(v: np.ndarray, nprocs: int, rounds: int, rows: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", "s3", "local-obstore", "s3-obstore"])
 def test_appends_racing_each_other_all_land(tmp_path, where, request):
+    """Through obstore too (its LocalStore and S3Store, opened by each job as
+    zarr-python's ObjectStore): no job may end on a signal as it exits."""
     nprocs, rounds, rows = 4, 3, 7  # 7 rows: appends cut shards of 100
-    if where == "local":
-        store, so = str(tmp_path / "a.zarr"), None
-    else:
+    store, so, extra = str(tmp_path / "a.zarr"), None, {}
+    if where.startswith("s3"):
         server = request.getfixturevalue("s3_serialized")
         store = f"s3://{request.getfixturevalue('serialized_bucket')}/a.zarr"
         so = server.storage_options()
+    if where == "local-obstore":
+        pytest.importorskip("obstore")
+        Path(store).mkdir()
+        extra = {"obstore": {"class": "LocalStore", "kwargs": {"prefix": store}}}
+    elif where == "s3-obstore":
+        pytest.importorskip("obstore")
+        bucket = request.getfixturevalue("serialized_bucket")
+        extra = {"obstore": server.obstore_spec(bucket, "a.zarr")}
     shardwise.to_zarr(
         da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
         store,
@@ -157,7 +166,7 @@ def test_appends_racing_each_other_all_land(tmp_path, where, request):
         chunks=(20, SHAPE[1]),
         storage_options=so,
     )
-    run_all(jobs(store, "append", nprocs, rounds, rows, storage_options=so))
+    run_all(jobs(store, "append", nprocs, rounds, rows, storage_options=so, **extra))
     check_appended(zarr.open_array(store, path="v", storage_options=so)[...], nprocs, rounds, rows)
 
 

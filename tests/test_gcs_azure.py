@@ -107,17 +107,7 @@ def place_of(kind: str, request, name: str, endpoint: str | None = None) -> Plac
         url = f"az://{bucket}/{name}"
         return Place(kind, server, bucket, url, so, {"store": url, "storage_options": so})
     where = f"{endpoint}/devstoreaccount1" if endpoint else server.endpoint
-    worker = {
-        "store": "",
-        "azure_store": {
-            "container_name": bucket,
-            "prefix": name,
-            "endpoint": where,
-            "account_name": "devstoreaccount1",
-            "account_key": server.storage_options()["account_key"],
-            "client_options": {"allow_http": True},
-        },
-    }
+    worker = {"store": "", "obstore": server.obstore_spec(bucket, name, where)}
     return Place(kind, server, bucket, server.obstore(bucket, name, where), None, worker)
 
 
