@@ -55,11 +55,9 @@ def gcs(monkeypatch):
         yield server
 
 
-def gcs_store(server: GcsXmlServer, prefix: str | None = None) -> Any:
-    """A zarr-python ``ObjectStore`` over obstore's ``GCSStore`` on the model."""
-    from obstore.store import GCSStore
-    from zarr.storage import ObjectStore
-
+def gcs_spec(server: GcsXmlServer, prefix: str | None = None) -> dict[str, Any]:
+    """obstore's ``GCSStore`` on the model as a job process opens it
+    (``concurrency_worker.py``'s ``obstore``): the class and its keyword arguments."""
     key = {
         "private_key": "unused",  # (never parsed: disable_oauth sends an empty bearer)
         "private_key_id": "unused",
@@ -67,11 +65,22 @@ def gcs_store(server: GcsXmlServer, prefix: str | None = None) -> Any:
         "disable_oauth": True,
         "gcs_base_url": server.url,
     }
+    kwargs = {
+        "bucket": server.bucket,
+        "prefix": prefix,
+        "service_account_key": json.dumps(key),
+        "client_options": {"allow_http": True, "timeout": "10s"},
+    }
+    return {"class": "GCSStore", "kwargs": kwargs}
+
+
+def gcs_store(server: GcsXmlServer, prefix: str | None = None) -> Any:
+    """A zarr-python ``ObjectStore`` over obstore's ``GCSStore`` on the model."""
+    from obstore.store import GCSStore
+    from zarr.storage import ObjectStore
+
     store = GCSStore(
-        server.bucket,
-        prefix=prefix,
-        service_account_key=json.dumps(key),
-        client_options={"allow_http": True, "timeout": "10s"},
+        **gcs_spec(server, prefix)["kwargs"],
         retry_config={
             "max_retries": 2,
             "retry_timeout": timedelta(seconds=10),
@@ -264,3 +273,22 @@ def test_a_sharded_write_and_an_independent_append(gcs):
     conditioned = [r for r in appended if r.method == "PUT" and CONDITION in r.headers]
     assert any(r.key == "d.zarr/v/zarr.json" and r.headers[CONDITION] != "0" for r in conditioned)
     assert all(r.headers[CONDITION].isdigit() for r in conditioned)
+
+
+@pytest.mark.slow
+def test_appends_racing_each_other_all_land(gcs):
+    """Jobs in processes of their own appending through obstore's GCSStore: every
+    append lands once, and no job ends on a signal as it exits."""
+    from test_concurrency import SHAPE, check_appended, jobs, run_all
+
+    nprocs, rounds, rows = 3, 2, 7  # 7 rows: appends cut shards of 100
+    store = gcs_store(gcs, "a.zarr")
+    shardwise.to_zarr(
+        da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
+        store,
+        path="v",
+        shards=(100, SHAPE[1]),
+        chunks=(20, SHAPE[1]),
+    )
+    run_all(jobs("", "append", nprocs, rounds, rows, obstore=gcs_spec(gcs, "a.zarr")))
+    check_appended(zarr.open_array(store, path="v", mode="r")[...], nprocs, rounds, rows)
