@@ -128,7 +128,7 @@ $(LOWEST)/.installed: pyproject.toml .ci/lowest.py
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip uv
 	$(LOWEST)/bin/python .ci/lowest.py pyproject.toml > $(LOWEST)/lowest.txt
 	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/lowest.txt \
-		-e '.[s3,icechunk,gcs,azure]' 's3fs[boto3]'
+		-e '.[s3,icechunk,gcs,azure,http]' 's3fs[boto3]'
 	$(LOWEST)/bin/uv pip freeze --python $(LOWEST)/bin/python --exclude-editable \
 		| grep -v '^uv==' > $(LOWEST)/floor.txt
 	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/floor.txt -e '.[suite]'

@@ -50,6 +50,7 @@ from shardwise.io.cloud import ObstoreConditional, S3fsConditional
 from shardwise.io.conditional import LocalConditional, MemoryConditional
 from shardwise.io.exit import watch
 from shardwise.io.gcs import GcsfsConditional
+from shardwise.io.http import HttpConditional
 from shardwise.io.versioned import Conditional
 
 __all__ = [
@@ -190,8 +191,8 @@ def conditional(store: Any) -> Conditional | None:
     (:class:`SupportsConditional`), else by what lies below the wrappers that pass
     ``get``, ``set`` and ``delete`` on unchanged: local files (zarr-python's or
     obstore's), memory, S3 through an asynchronous s3fs, Google Cloud Storage through
-    an asynchronous gcsfs, Azure Blob Storage through an asynchronous adlfs, or
-    obstore's object stores."""
+    an asynchronous gcsfs, Azure Blob Storage through an asynchronous adlfs, HTTP(S)
+    servers through fsspec's HTTP file system (reads only), or obstore's object stores."""
     from zarr.storage import MemoryStore
 
     watch(beneath(store))  # (a process that used obstore settles its threads at exit)
@@ -223,6 +224,9 @@ def conditional(store: Any) -> Conditional | None:
                 return GcsfsConditional(fsspec)
             if adlfs is not None and isinstance(fs, adlfs.AzureBlobFileSystem):
                 return AdlfsConditional(fsspec)
+            http = sys.modules.get("fsspec.implementations.http")
+            if http is not None and isinstance(fs, http.HTTPFileSystem):
+                return HttpConditional(fsspec)
         return None
     obstore = obstore_of(store, DATA)
     if obstore is not None:
