@@ -72,9 +72,11 @@ def expected_regions(rounds: int) -> np.ndarray:
     return value(rounds - 1, range(SHAPE[0]), SHAPE[1])
 
 
-def new_array(store, **kw):
+def new_array(store, rows=SHAPE[0], **kw):
+    """The array ``v`` the jobs write into: ``rows`` rows of zeros (0: an empty array to
+    append to) in shards of 100 rows, inner chunks of 20."""
     return shardwise.to_zarr(
-        da.zeros(SHAPE, chunks=(100, SHAPE[1])),
+        da.zeros((rows, SHAPE[1]), chunks=(max(1, min(rows, 100)), SHAPE[1])),
         store,
         path="v",
         shards=(100, SHAPE[1]),
@@ -158,14 +160,7 @@ def test_appends_racing_each_other_all_land(tmp_path, where, request):
         pytest.importorskip("obstore")
         bucket = request.getfixturevalue("serialized_bucket")
         extra = {"obstore": server.obstore_spec(bucket, "a.zarr")}
-    shardwise.to_zarr(
-        da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
-        store,
-        path="v",
-        shards=(100, SHAPE[1]),
-        chunks=(20, SHAPE[1]),
-        storage_options=so,
-    )
+    new_array(store, rows=0, storage_options=so)
     run_all(jobs(store, "append", nprocs, rounds, rows, storage_options=so, **extra))
     check_appended(zarr.open_array(store, path="v", storage_options=so)[...], nprocs, rounds, rows)
 

@@ -33,7 +33,6 @@ from shardwise.io.capabilities import conditional
 from shardwise.io.versioned import ABSENT, Stale
 from test_concurrency import (
     REGION_ROWS,
-    SHAPE,
     check_appended,
     expected_regions,
     jobs,
@@ -260,14 +259,7 @@ def test_region_writes_sharing_shards_lose_nothing(place):
 @pytest.mark.slow
 def test_appends_racing_each_other_all_land(place):
     nprocs, rounds, rows = 3, 2, 7  # 7 rows: appends cut shards of 100
-    shardwise.to_zarr(
-        da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
-        place.target,
-        path="v",
-        shards=(100, SHAPE[1]),
-        chunks=(20, SHAPE[1]),
-        storage_options=place.storage_options,
-    )
+    new_array(place.target, rows=0, storage_options=place.storage_options)
     run_all(jobs(place.worker["store"], "append", nprocs, rounds, rows, **place.extra()))
     check_appended(place.read_back()["v"][...], nprocs, rounds, rows)
 

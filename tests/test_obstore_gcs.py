@@ -279,16 +279,10 @@ def test_a_sharded_write_and_an_independent_append(gcs):
 def test_appends_racing_each_other_all_land(gcs):
     """Jobs in processes of their own appending through obstore's GCSStore: every
     append lands once, and no job ends on a signal as it exits."""
-    from test_concurrency import SHAPE, check_appended, jobs, run_all
+    from test_concurrency import check_appended, jobs, new_array, run_all
 
     nprocs, rounds, rows = 3, 2, 7  # 7 rows: appends cut shards of 100
     store = gcs_store(gcs, "a.zarr")
-    shardwise.to_zarr(
-        da.zeros((0, SHAPE[1]), chunks=(1, SHAPE[1])),
-        store,
-        path="v",
-        shards=(100, SHAPE[1]),
-        chunks=(20, SHAPE[1]),
-    )
+    new_array(store, rows=0)
     run_all(jobs("", "append", nprocs, rounds, rows, obstore=gcs_spec(gcs, "a.zarr")))
     check_appended(zarr.open_array(store, path="v", mode="r")[...], nprocs, rounds, rows)
