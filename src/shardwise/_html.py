@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -254,21 +254,20 @@ class ShardMap:
         info: ArrayInfo,
         stored: Iterable[tuple[int, ...]],
         *,
-        share: Iterable[float] | None = None,
+        shares: Mapping[tuple[int, ...], float] | None = None,
         damaged: Iterable[tuple[int, ...]] = (),
     ) -> ShardMap:
-        """The map of a listed array: the shards ``stored`` (with the ``share`` of each
-        one's inner chunks, where known), those among them or beside them ``damaged``."""
+        """The map of a listed array: the shards ``stored`` (with the share of each
+        one's inner chunks stored, where ``shares`` knows it), those among them or
+        beside them ``damaged``."""
         bad = set(damaged)
         coords = list(dict.fromkeys([*stored, *bad]))
-        shares = list(share) if share is not None else []
-        known = np.full(len(coords), np.nan)
-        known[: len(shares)] = shares
+        known = shares or {}
         return cls(
             info,
             np.array(coords, dtype=np.int64).reshape(len(coords), info.ndim),
             np.array([DAMAGED if c in bad else STORED for c in coords], dtype=np.int8),
-            known,
+            np.array([known.get(c, np.nan) for c in coords], dtype=np.float64),
             listed=True,
         )
 

@@ -296,7 +296,8 @@ def totals_of(src: Source, info: ArrayInfo) -> dict[str, Any]:
     """An array's inventory totals (the attributes of its ``inventory``), from its
     stored shards alone: one listing and an index read per stored shard, never a pass
     over the grid."""
-    return summary_of(src, info)[0]
+    found = _found(src, info)
+    return _attrs(src, info, found, probe(src.store, info, found))
 
 
 def summary_of(src: Source, info: ArrayInfo) -> tuple[dict[str, Any], ShardMap]:
@@ -309,7 +310,7 @@ def summary_of(src: Source, info: ArrayInfo) -> tuple[dict[str, Any], ShardMap]:
         if sizes is not None:
             inside = _inside(info, shard, sizes)
             shares[shard] = float((inside >= 0).sum()) / max(inside.size, 1)
-    return _attrs(src, info, found, probed), ShardMap.of(info, shares, share=list(shares.values()))
+    return _attrs(src, info, found, probed), ShardMap.of(info, shares, shares=shares)
 
 
 def _inside(info: ArrayInfo, shard: tuple[int, ...], sizes: Sizes) -> Sizes:
