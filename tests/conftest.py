@@ -6,11 +6,18 @@ import sys
 import threading
 import time
 
+import dask.config
 import pytest
 
 import shardwise
 
 from datasets import WEATHER_ENCODING, weather
+
+# Hedged reads (a slow request sent again) make the request counts many tests check
+# depend on the machine's load: off here and in every process the tests start; the
+# hedging tests (tests/io/test_hedging.py) switch it on.
+os.environ["DASK_SHARDWISE__HEDGE"] = "False"
+dask.config.set({"shardwise.hedge": False})
 
 # -- nothing a test starts outlives it, and pytest always exits ---------------------------
 GRACE = 5.0  # seconds a test's leftover threads get to end before the test fails

@@ -174,7 +174,9 @@ def assert_stored(target: Target, expected: xr.Dataset) -> None:
     """The store reads back as ``expected`` through shardwise, xarray's own zarr engine
     and zarr-python."""
     back = target.open()
-    assert back.v.chunks[0][0] == target.array("v").shards[0]  # one dask chunk per shard
+    # over a network, dask chunks of whole shards, several together (dask's chunk size)
+    shard = target.array("v").shards[0]
+    assert all(c % shard == 0 for c in back.v.chunks[0][:-1]), back.v.chunks
     xr.testing.assert_identical(back.load(), expected)
     xr.testing.assert_identical(target.open_zarr().load(), expected)
     np.testing.assert_array_equal(target.array("v")[...], expected.v.values)
@@ -292,7 +294,8 @@ def test_region_read_requests(target, opener):
     index_nbytes = 16 * 8 + 4  # 8 (offset, nbytes) pairs and a crc32c
     store = CountingStore(target.store())
     back = target.open(store=store) if opener == "engine" else target.open_fanout(store=store)
-    assert back.v.chunks == ((80, 80, 80), (6,))
+    # (the engine over a network: shards taken together toward dask's chunk size)
+    assert back.v.chunks == (((240,), (6,)) if opener == "engine" else ((80, 80, 80), (6,)))
     store.log.clear()
     mark = target.server.mark()
     got = back.v.isel(time=slice(55, 105)).compute()

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayV3Metadata as ArrayV3Metadata
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata as RectilinearChunkGridMetadata
     from zarr.core.metadata.v3 import RegularChunkGridMetadata as RegularChunkGridMetadata
+    from zarr.core.sync import _get_loop as io_loop  # noqa: F401
     from zarr.core.sync import sync as sync
     from zarr.storage._common import make_store_path as make_store_path
 
@@ -65,6 +66,10 @@ _WHERE: dict[str, tuple[str, str]] = {
     # shardwise makes outside a task's own loop goes through it. Public: none
     # (zarr.api.synchronous wraps its calls in it without exporting it).
     "sync": ("zarr.core.sync", "sync"),
+    # zarr's I/O event loop itself (started on first use, in its own thread): a read
+    # submits its shards' fetches to it and decodes each as it arrives, where ``sync``
+    # would wait for them all. Public: none.
+    "io_loop": ("zarr.core.sync", "_get_loop"),
     # A StorePath from whatever the user passed (path, URL, Store, StorePath, fsspec
     # mapper) with zarr's own rules for mode and storage_options: behind every opener.
     # Public: none (zarr.storage.StorePath.open takes a Store only).

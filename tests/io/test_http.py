@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -39,14 +40,28 @@ class StaticServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.url = ""
+        self.delay = 0.0  # seconds each request for a shard waits before it is answered
+        self.in_flight = 0
+        self.most_in_flight = 0
 
     async def _start(self) -> None:
+        @web.middleware
+        async def track(request: web.Request, handler: object) -> web.StreamResponse:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                if self.delay and "/c/" in request.path:
+                    await asyncio.sleep(self.delay)
+                return await handler(request)  # type: ignore[operator,no-any-return]
+            finally:
+                self.in_flight -= 1
+
         async def log(request: web.Request, response: web.StreamResponse) -> None:
             # (on_response_prepare: the status a file response settles on as it is sent)
             condition = request.headers.get("If-Match")
             self.requests.append((request.method, request.path, condition, response.status))
 
-        app = web.Application()
+        app = web.Application(middlewares=[track])
         app.on_response_prepare.append(log)
         app.router.add_static("/", self.root)
         self.runner = web.AppRunner(app, access_log=None)
@@ -152,3 +167,54 @@ def test_obstore_http_store(served):
     assert [r[3] for r in server.since(mark)] == [206]
     ds = xr.open_dataset(store, engine="shardwise", chunks={}, consolidated=True)
     np.testing.assert_array_equal(ds.v.values, values)
+
+
+def test_a_task_has_all_its_shards_requests_in_flight_at_once(served):
+    """Over HTTP, chunks={} gives dask chunks of several whole shards, and a task's
+    shards are fetched together: on dask's synchronous scheduler (one task at a time),
+    the 16 shards' requests are all in flight at once, not one after another."""
+    server, _, values = served
+    server.delay = 0.2
+    ds = xr.open_dataset(f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True)
+    assert ds.v.chunks == ((128,), (128,))  # the 4 x 4 shards of 32 x 32 in one dask chunk
+    mark = len(server.requests)
+    server.most_in_flight = 0
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(ds.v.values, values)
+    shard_reads = [r for r in server.since(mark) if "/c/" in r[1]]
+    assert len(shard_reads) == 16  # one request per shard (whole)
+    assert server.most_in_flight == 16
+    # the same with the process's bound on requests in flight set lower
+    shardwise.cache.clear_index_cache()
+    server.most_in_flight = 0
+    with dask.config.set({"scheduler": "synchronous", "shardwise.concurrency": {"network": 4}}):
+        again = xr.open_dataset(
+            f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True
+        )
+        np.testing.assert_array_equal(again.v.values, values)
+    assert server.most_in_flight == 4
+
+
+def test_local_disk_keeps_one_dask_chunk_per_shard(served):
+    _, path, _ = served
+    ds = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=True)
+    assert ds.v.chunks == ((32,) * 4, (32,) * 4)
+
+
+def test_a_large_shard_is_read_as_its_index_then_parts_at_once(served):
+    """A shard expected to be larger than two parts (``coalesce_max``) is read over a
+    network as its index, then its inner chunks in ranges of at most a part, all in
+    flight together, each against the index's version."""
+    server, _, values = served
+    server.delay = 0.2
+    options = shardwise.ReadOptions(coalesce_max=256)  # a part: about two inner chunks
+    reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v", options=options)
+    mark = len(server.requests)
+    server.most_in_flight = 0
+    np.testing.assert_array_equal(reader[0:32, 0:32], values[0:32, 0:32])  # shard (0, 0)
+    got = server.since(mark)
+    assert all(r[1] == "/d.zarr/v/c/0/0" and r[3] == 206 for r in got), got
+    index, ranges = got[0], got[1:]
+    assert index[2] is None  # the index: no version to hold it to yet
+    assert len(ranges) >= 4 and len({r[2] for r in ranges}) == 1 and ranges[0][2]
+    assert server.most_in_flight == len(ranges)  # the parts at once

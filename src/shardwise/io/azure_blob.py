@@ -107,8 +107,9 @@ class Ends:
         """The last ``suffix`` bytes of the object at ``key`` (only of ``expected`` when
         given), with its version and size."""
         known = self._known.get(key)
-        if known is None and key.rpartition("/")[0] not in self._listed:
-            await self._folder(key)
+        listed = self._listed.get(key.rpartition("/")[0])
+        if known is None and (listed is None or not listed.done()):
+            await self._folder(key)  # (lists it, or waits for the listing under way)
             known = self._known.get(key)
         for _ in range(8):  # (the object replaced between the size and the read, again)
             if known is None or (expected is not None and known.version != expected):

@@ -90,6 +90,14 @@ class IndexEntry:
         """Seconds since it was read."""
         return time.time() - self.read_at
 
+    def data_end(self) -> int:
+        """Where the stored inner chunks end (0 for none): about the object's size."""
+        if self.table is None:
+            return 0
+        pairs = self.table.reshape(-1, 2)
+        stored = pairs[pairs[:, 0] != np.uint64(2**64 - 1)]
+        return int((stored[:, 0] + stored[:, 1]).max()) if len(stored) else 0
+
 
 class IndexCache:
     """A per-process LRU cache of shard indexes (``IndexEntry``), bounded in bytes.

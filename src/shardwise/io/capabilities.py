@@ -51,6 +51,7 @@ from shardwise.io.conditional import LocalConditional, MemoryConditional
 from shardwise.io.exit import watch
 from shardwise.io.gcs import GcsfsConditional
 from shardwise.io.http import HttpConditional
+from shardwise.io.requests import Kind
 from shardwise.io.versioned import Conditional
 
 __all__ = [
@@ -153,6 +154,33 @@ def in_memory(store: Any) -> bool:
     from zarr.storage import MemoryStore
 
     return isinstance(beneath(store), MemoryStore)
+
+
+def store_kind(store: Any) -> Kind:
+    """Where ``store``'s requests go: ``"network"`` (object stores, HTTP(S): each
+    request waits a round trip, and many together make the bandwidth), ``"disk"``
+    (local and shared file systems, zip files, and stores shardwise cannot tell) or
+    ``"memory"``. What bounds its requests in flight and whether they are hedged
+    (:mod:`shardwise.io.requests`)."""
+    if in_memory(store):
+        return "memory"
+    if local_root(store) is not None:
+        return "disk"
+    fs = fsspec_store(store)
+    if fs is not None:
+        protocol = fs.fs.protocol
+        protocols = {protocol} if isinstance(protocol, str) else set(protocol)
+        if protocols & {"memory"}:
+            return "memory"
+        return "disk" if protocols & {"file", "local"} else "network"
+    ob = obstore_of(store)
+    if ob is not None:
+        if obstore_local_root(ob) is not None:
+            return "disk"
+        module = sys.modules.get("obstore.store")
+        memory = getattr(module, "MemoryStore", None)
+        return "memory" if memory is not None and isinstance(ob, memory) else "network"
+    return "disk"
 
 
 def fsspec_store(store: Any, methods: Sequence[str] = ()) -> Any:

@@ -27,6 +27,7 @@ error raised only if it is unchanged.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -43,10 +44,11 @@ from shardwise.errors import (
 )
 from shardwise.format.index import EMPTY
 from shardwise.io.cache import IN_FLIGHT, IndexEntry, index_cache
-from shardwise.io.capabilities import conditional, immutable
+from shardwise.io.capabilities import conditional, immutable, store_kind
 from shardwise.io.conditional import Conditional, Got, Stale, Version
 from shardwise.io.icechunk import out_of_bounds
-from shardwise.io.shard_index import naming, read_shard_index
+from shardwise.io.requests import link, send
+from shardwise.io.shard_index import got_size, naming, range_nbytes, read_shard_index
 from shardwise.io.stores import ByteRange, ReadOptions, coalesce
 
 __all__ = ["CHANGES", "Bytes", "Fetched", "ShardFetcher"]
@@ -74,11 +76,18 @@ class ShardFetcher:
     docstring). ``token`` names the opened array in the index cache's keys; ``name``
     names it in errors."""
 
-    def __init__(self, store: Any, name: str, token: str, options: ReadOptions) -> None:
+    def __init__(
+        self, store: Any, name: str, token: str, options: ReadOptions, *, itemsize: int = 1
+    ) -> None:
         self.store = store
+        self.itemsize = itemsize
         self.name = name
         self.token = token
         self.options = options
+        self.kind = store_kind(store)
+        # the stored sizes of the shards seen (their sum and count): what the next one
+        # is expected to take
+        self._seen = [0, 0]
         recheck = options.recheck_cached_data
         # trusted: no condition, no check (the data do not change while open)
         self.trusted = immutable(store) or recheck == "open"
@@ -94,10 +103,20 @@ class ShardFetcher:
             None if self.trusted else 0.0 if recheck is True else float(recheck)
         )
 
+    def typical_size(self, nominal: int) -> int:
+        """The stored size of a shard (of ``nominal`` bytes decoded) as the shards seen
+        so far had it on average; ``nominal`` before any."""
+        total, count = self._seen
+        return total // count if count else nominal
+
     # -- the cache -----------------------------------------------------------------------
     def remember(self, key: str, entry: IndexEntry) -> None:
         """Cache ``entry`` when the options and what it carries allow: a version to
         read against (or trusted data), and for an absent shard a staleness bound."""
+        size = entry.size if entry.size is not None else entry.data_end()
+        if size:
+            self._seen[0] += size
+            self._seen[1] += 1
         if not self.caching:
             return
         if entry.version is None and not self.trusted:
@@ -146,14 +165,19 @@ class ShardFetcher:
         versions and the data are not trusted), only from ``expected`` when given."""
         from zarr.buffer import default_buffer_prototype
 
+        versions = self.versions
+
+        async def request() -> Got:
+            if versions is not None:
+                return await versions.read(key, byte_range, expected)
+            buf = await self.store.get(key, default_buffer_prototype(), byte_range)
+            if buf is None:
+                return Got(None, None, None)
+            return Got(memoryview(buf.as_numpy_array()).cast("B"), None, None)
+
         with naming(self.name, key):
             async with sem:
-                if self.versions is not None:
-                    return await self.versions.read(key, byte_range, expected)
-                buf = await self.store.get(key, default_buffer_prototype(), byte_range)
-        if buf is None:
-            return Got(None, None, None)
-        return Got(memoryview(buf.as_numpy_array()).cast("B"), None, None)
+                return await send(self.kind, request, range_nbytes(byte_range), got_size)
 
     async def index(self, key: str, decoder: ShardDecoder, sem: asyncio.Semaphore) -> IndexEntry:
         """Read (:func:`~shardwise.io.shard_index.read_shard_index`), check and cache one
@@ -165,6 +189,7 @@ class ShardFetcher:
                 self.store,
                 key,
                 decoder.index,
+                kind=self.kind,
                 versions=self.versions,
                 array=self.name,
                 max_nbytes=decoder.chunk.max_encoded,
@@ -223,7 +248,7 @@ class ShardFetcher:
             entry = None
         if entry is None:
             entry = self.cached(key, needed)
-        if entry is None and self.wants_whole(decoder, needed):
+        if entry is None and self.wants_whole(decoder, needed) and not self._too_big(decoder):
             got = await self.get(key, sem)
             if got.data is None:
                 self.remember(key, IndexEntry(None, got.version))
@@ -269,6 +294,29 @@ class ShardFetcher:
         if not np.array_equal(again.table, entry.table):
             raise Stale(key) from error
 
+    def _too_big(self, decoder: ShardDecoder) -> bool:
+        """Whether a shard is expected to be so large, over a network, that reading it
+        as several ranges on as many connections (after its index) beats one request:
+        larger than two of the parts ranges are cut into (``coalesce_max``)."""
+        if self.kind != "network":
+            return False
+        nominal = math.prod(decoder.shard_shape) * self.itemsize
+        return self.typical_size(nominal) > 2 * self.sizes()[1]
+
+    def sizes(self) -> tuple[int, int]:
+        """The most bytes between two ranges read as one, and the most one request
+        reads (``ReadOptions.coalesce_gap`` and ``coalesce_max``; by default over a
+        network the link's: :class:`~shardwise.io.requests.Link`)."""
+        opts = self.options
+        gap, most = opts.coalesce_gap, opts.coalesce_max
+        if gap is None or most is None:
+            measured = link() if self.kind == "network" else None
+            if gap is None:
+                gap = measured.gap if measured is not None else 1 << 20
+            if most is None:
+                most = measured.part if measured is not None else 64 << 20
+        return gap, most
+
     def wants_whole(self, decoder: ShardDecoder, needed: list[tuple[int, ...]]) -> bool:
         """Whether to read a shard whole: most of its inner chunks are wanted."""
         return len(needed) >= self.options.whole_shard_fraction * decoder.index.nchunks
@@ -302,7 +350,6 @@ class ShardFetcher:
         table = entry.table
         if table is None:
             return None
-        opts = self.options
         expected = None if self.trusted else entry.version
         result: dict[tuple[int, ...], Bytes | None] = {}
         wanted: list[tuple[int, ...]] = []
@@ -314,7 +361,8 @@ class ShardFetcher:
             else:
                 wanted.append(inner)
                 ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
-        groups = coalesce(ranges, gap=opts.coalesce_gap, max_size=opts.coalesce_max)
+        gap, most = self.sizes()
+        groups = coalesce(ranges, gap=gap, max_size=most)
         # With the index at the end, read by a suffix request from a store that did not
         # say the object's size, an entry pointing into the index would pass every
         # check: the group reaching furthest is read on by the index's length, so a

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import queue
 import reprlib
 import threading
 import uuid
@@ -27,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 import shardwise._compat as _compat
+import shardwise.config as config
 from shardwise._buffers import SCRATCH_LIMIT, scratch
 from shardwise._flags import rectilinear_grids
 from shardwise._html import array_html
@@ -101,7 +103,9 @@ class ArrayReader:
         # rewritten and opened again never meets the indexes of its old shards
         self.session = session or uuid.uuid4().hex
         self._token = f"{store_token(store)}#{self.session}"
-        self.fetcher = ShardFetcher(store, info.name, self._token, self.options)
+        self.fetcher = ShardFetcher(
+            store, info.name, self._token, self.options, itemsize=info.dtype.itemsize
+        )
         # the folder whose files are the store's keys, where a shard is read on the
         # reading thread straight from its file (zarr-python's local store)
         self._local_root = local_root(store, ("get",))
@@ -384,48 +388,122 @@ class ArrayReader:
         # on the read pool's threads)
         supplied = SUPPLIED.current()
         threads = min(read_threads(self.options.threads), len(plan.shards))
-        if threads > 1:
-            self._execute_parallel(plan, out, threads, supplied)
-            return
-        fetched = self._fetch_local(plan, supplied)
-        if fetched is None:
-            fetched = _compat.sync(self._fetch_all(plan, supplied))
-        self._place(plan, fetched, out)
+        if self._local_root is not None:
+            self._execute_local(plan, out, threads, supplied)
+        elif len(plan.shards) == 1:
+            self._place(plan, _compat.sync(self._fetch_all(plan, supplied)), out)
+        else:
+            self._execute_streamed(plan, out, threads, supplied)
 
-    def _execute_parallel(
+    def _execute_local(
         self,
         plan: ReadPlan,
         out: npt.NDArray[Any],
         threads: int,
         supplied: Mapping[Hashable, IndexEntry],
     ) -> None:
-        """``_execute`` on ``threads`` threads of the process's read pool, each
-        shard fetched and decoded into its own part of ``out`` by one thread (the codecs
-        release the GIL). From a local file store every thread reads its shard itself,
-        so reading one shard overlaps decoding another; from other stores every shard is
-        fetched first (the requests concurrent, as on one thread), then decoded on the
-        threads."""
+        """A local file store's shards, each read and decoded by one thread (this one,
+        or ``threads`` of the process's read pool, the codecs releasing the GIL), so
+        that reading one shard overlaps decoding another."""
 
-        def sub(i: int) -> ReadPlan:
-            return dataclasses.replace(plan, shards=(plan.shards[i],))
+        def one(i: int) -> None:
+            part = _one_shard(plan, i)
+            fetched = self._fetch_local(part, supplied)
+            if fetched is None:
+                fetched = _compat.sync(self._fetch_all(part, supplied))
+            self._place(part, fetched, out)
 
-        if self._local_root is not None:
-
-            def one(i: int) -> None:
-                part = sub(i)
-                fetched = self._fetch_local(part, supplied)
-                if fetched is None:
-                    fetched = _compat.sync(self._fetch_all(part, supplied))
-                self._place(part, fetched, out)
-
+        if threads > 1:
+            for _ in read_pool(threads).map(one, range(len(plan.shards))):
+                pass  # (an error in a thread is raised here)
         else:
-            everything = _compat.sync(self._fetch_all(plan, supplied))
+            for i in range(len(plan.shards)):
+                one(i)
 
-            def one(i: int) -> None:
-                self._place(sub(i), [everything[i]], out)
+    def _execute_streamed(
+        self,
+        plan: ReadPlan,
+        out: npt.NDArray[Any],
+        threads: int,
+        supplied: Mapping[Hashable, IndexEntry],
+    ) -> None:
+        """The shards of a plan fetched together on zarr's event loop (up to the
+        process's bound on requests, :mod:`shardwise.io.requests`), each decoded as
+        soon as it has come, on this thread or on ``threads`` of the read pool, so
+        that the network and the codecs work at once. At most
+        ``shardwise.read-ahead-bytes`` of stored bytes (as estimated before they come)
+        are fetched and not yet decoded."""
+        n = len(plan.shards)
+        loop = _compat.io_loop()
+        arrived: queue.SimpleQueue[tuple[int, Fetched, BaseException | None]] = queue.SimpleQueue()
+        costs = [self._estimate(s) for s in plan.shards]
+        ahead = max(1, config.get_bytes("read-ahead-bytes"))
+        slots = max(1, min(n, ahead // max(1, max(costs))))
 
-        for _ in read_pool(threads).map(one, range(len(plan.shards))):
-            pass  # (an error in a thread is raised here)
+        async def fetch_all(room: asyncio.Semaphore) -> None:
+            sem = asyncio.Semaphore(self.options.concurrency)
+
+            async def one(i: int) -> None:
+                await room.acquire()
+                try:
+                    data = await self._fetch_shard(plan.shards[i], sem, supplied)
+                except Exception as e:
+                    arrived.put((i, None, e))
+                    raise
+                arrived.put((i, data, None))
+
+            tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+
+        async def start() -> asyncio.Semaphore:
+            return asyncio.Semaphore(slots)
+
+        room = asyncio.run_coroutine_threadsafe(start(), loop).result()
+        done = asyncio.run_coroutine_threadsafe(fetch_all(room), loop)
+        # (when the fetches end without every shard having come: cancelled, or failed
+        # in a way that put nothing)
+        done.add_done_callback(lambda _: arrived.put((-1, None, None)))
+        pool = read_pool(threads) if threads > 1 else None
+        decoding: list[concurrent.futures.Future[None]] = []
+
+        def place(i: int, data: Fetched) -> None:
+            try:
+                self._place(_one_shard(plan, i), [data], out)
+            finally:
+                loop.call_soon_threadsafe(room.release)
+
+        try:
+            for _ in range(n):
+                i, data, error = arrived.get()
+                if error is not None:
+                    raise error
+                if i < 0:
+                    done.result()  # (raises what ended the fetches)
+                    raise RuntimeError("the shards' fetches ended before every shard came")
+                if pool is None:
+                    place(i, data)
+                else:
+                    decoding.append(pool.submit(place, i, data))
+            for d in decoding:
+                d.result()
+        finally:
+            done.cancel()
+            for d in decoding:
+                d.cancel()
+
+    def _estimate(self, shard_read: ShardRead) -> int:
+        """The stored bytes a shard read is expected to fetch: its share of the shard's
+        inner chunks times the stored size of the shards this reader has seen (at first,
+        the shard's decoded size)."""
+        decoder = self.decoder(shard_read.shard)
+        if not isinstance(decoder, ShardDecoder):
+            return self.fetcher.typical_size(math.prod(decoder.shape) * self.dtype.itemsize)
+        whole = self.fetcher.typical_size(math.prod(decoder.shard_shape) * self.dtype.itemsize)
+        return max(1, whole * len(shard_read.chunks) // max(1, decoder.index.nchunks))
 
     def _place(self, plan: ReadPlan, fetched: list[Fetched], out: npt.NDArray[Any]) -> None:
         """Decode the fetched inner chunks of ``plan`` into ``out``."""
@@ -558,6 +636,10 @@ class ArrayReader:
             return dataclasses.replace(entry, cached=True)
         fresh: IndexEntry = _compat.sync(self.fetcher.index(key, decoder, asyncio.Semaphore(1)))
         return fresh
+
+
+def _one_shard(plan: ReadPlan, i: int) -> ReadPlan:
+    return dataclasses.replace(plan, shards=(plan.shards[i],))
 
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:

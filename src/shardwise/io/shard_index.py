@@ -31,9 +31,11 @@ import numpy.typing as npt
 from shardwise.errors import TruncatedShardError, naming_io_errors
 from shardwise.format.index import IndexFormat
 from shardwise.io.cache import IndexEntry
+from shardwise.io.capabilities import store_kind
 from shardwise.io.conditional import Conditional, Got
+from shardwise.io.requests import Kind, send
 
-__all__ = ["Tally", "naming", "read_index_bytes", "read_shard_index"]
+__all__ = ["Tally", "got_size", "naming", "range_nbytes", "read_index_bytes", "read_shard_index"]
 
 Table = npt.NDArray[np.uint64]
 
@@ -57,11 +59,28 @@ def naming(array: str, key: str) -> contextlib.AbstractContextManager[None]:
     )
 
 
+def range_nbytes(byte_range: Any) -> int | None:
+    """The bytes a zarr ``ByteRequest`` asks for; None for the object's rest or whole."""
+    from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
+    if isinstance(byte_range, RangeByteRequest):
+        return max(0, byte_range.end - byte_range.start)
+    if isinstance(byte_range, SuffixByteRequest):
+        return byte_range.suffix
+    return None
+
+
+def got_size(got: Got) -> int:
+    """The bytes an answer holds."""
+    return 0 if got.data is None else len(got.data)
+
+
 async def read_shard_index(
     store: Any,
     key: str,
     fmt: IndexFormat,
     *,
+    kind: Kind | None = None,
     versions: Conditional | None = None,
     array: str | None = None,
     size: int | None = None,
@@ -100,7 +119,8 @@ async def read_shard_index(
     ``array`` names the array in errors; ``name_errors`` turns the store's OSErrors into
     :class:`~shardwise.errors.StoreIOError` naming the array and the key, as a read
     raises them (else they pass as the store raised them). ``sem`` bounds the requests
-    in flight; ``tally`` counts them."""
+    in flight (besides the process's bound for the store's ``kind``, found when not
+    given, :mod:`shardwise.io.requests`); ``tally`` counts them."""
 
     def check_size(size: int | None) -> None:
         if size is not None and size < fmt.nbytes:
@@ -115,21 +135,30 @@ async def read_shard_index(
 
     check_size(size)
     got: list[Got] = []
+    if kind is None:
+        kind = store_kind(store)
 
-    async def get(byte_range: Any) -> memoryview | None:
+    async def request(byte_range: Any) -> Got:
         from zarr.buffer import default_buffer_prototype
 
+        if versions is not None:
+            return await versions.read(key, byte_range)
+        buf = await store.get(key, default_buffer_prototype(), byte_range)
+        view = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+        return Got(view, None, None)
+
+    async def get(byte_range: Any) -> memoryview | None:
         if tally is not None:
             tally.requests += 1
         errors = naming(array or "", key) if name_errors else contextlib.nullcontext()
         with errors:
             async with sem if sem is not None else contextlib.nullcontext():
+                answer = await send(
+                    kind, lambda: request(byte_range), range_nbytes(byte_range), got_size
+                )
                 if versions is not None:
-                    got.append(await versions.read(key, byte_range))
-                    view = got[-1].data
-                else:
-                    buf = await store.get(key, default_buffer_prototype(), byte_range)
-                    view = None if buf is None else memoryview(buf.as_numpy_array()).cast("B")
+                    got.append(answer)
+                view = answer.data
         if view is not None and tally is not None:
             tally.nbytes += len(view)
         return view

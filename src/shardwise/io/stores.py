@@ -52,12 +52,16 @@ class ReadOptions:
 
     Parameters
     ----------
-    coalesce_gap : int, default 1 MiB
+    coalesce_gap : int, optional
         Two byte ranges of one shard separated by at most this many bytes are fetched
-        with one request.
-    coalesce_max : int, default 64 MiB
+        with one request. None (default): over a network (object stores, HTTP), what one
+        connection moves in a round trip, as this process's requests measured them
+        (:func:`shardwise.io.requests.link`); 1 MiB elsewhere.
+    coalesce_max : int, optional
         No coalesced request grows past this many bytes (a single inner chunk larger
-        than this is still fetched whole).
+        than this is still fetched whole): a large range goes as several requests at
+        once, on as many connections. None (default): over a network, what one
+        connection moves in eight round trips (4-64 MiB); 64 MiB elsewhere.
     whole_shard_fraction : float, default 0.5
         When a selection needs at least this fraction of a shard's inner chunks and the
         shard's index is not cached, the whole object is read in one request (index
@@ -88,7 +92,8 @@ class ReadOptions:
         cached index (or a cached absent shard) up to this old, so new data in empty
         places shows within that time.
     concurrency : int, default 64
-        Requests in flight at once per read.
+        Requests in flight at once per read (the process's own bound for all reads
+        together is the setting ``shardwise.concurrency``).
     threads : int, optional
         Threads that fetch and decode the shards of one read outside dask
         (``ArrayReader[...]``, xarray's ``.values``/``.load()`` of a variable opened
@@ -105,8 +110,8 @@ class ReadOptions:
     ... )  # doctest: +SKIP
     """
 
-    coalesce_gap: int = 1 << 20
-    coalesce_max: int = 64 << 20
+    coalesce_gap: int | None = None
+    coalesce_max: int | None = None
     whole_shard_fraction: float = 0.5
     index_cache: bool = True
     recheck_cached_data: bool | str | float = True
@@ -114,7 +119,9 @@ class ReadOptions:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.coalesce_gap < 0 or self.coalesce_max < 1:
+        if (self.coalesce_gap is not None and self.coalesce_gap < 0) or (
+            self.coalesce_max is not None and self.coalesce_max < 1
+        ):
             raise ValueError(
                 f"coalesce_gap must be >= 0 and coalesce_max >= 1, got "
                 f"{self.coalesce_gap} and {self.coalesce_max}"
