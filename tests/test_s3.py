@@ -294,8 +294,8 @@ def test_region_read_requests(target, opener):
     index_nbytes = 16 * 8 + 4  # 8 (offset, nbytes) pairs and a crc32c
     store = CountingStore(target.store())
     back = target.open(store=store) if opener == "engine" else target.open_fanout(store=store)
-    # (the engine over a network: shards taken together toward dask's chunk size)
-    assert back.v.chunks == (((240,), (6,)) if opener == "engine" else ((80, 80, 80), (6,)))
+    # over a network, both: the shards taken together toward dask's chunk size
+    assert back.v.chunks == ((240,), (6,))
     store.log.clear()
     mark = target.server.mark()
     got = back.v.isel(time=slice(55, 105)).compute()

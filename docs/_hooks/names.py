@@ -19,8 +19,9 @@ The rules (each problem says which one it broke):
   shardwise...`` / ``from shardwise... import`` are followed through attributes, until
   the code binds them to something else. A table headed ``error``: names of
   ``shardwise.errors``.
-- **Settings**: a dotted ``shardwise.`` name with a hyphen in a part
-  (``shardwise.inventory-concurrency``), a ``DASK_SHARDWISE__...`` variable and the
+- **Settings**: a dotted ``shardwise.`` name that is a key of the defaults file or has
+  a hyphen in a part (``shardwise.inventory-concurrency``), a ``DASK_SHARDWISE__...``
+  variable and the
   first column of a table headed ``setting`` are keys of ``src/shardwise/shardwise.yaml``.
 - **Keyword options**: ``name(..., option=...)`` where ``name`` is a ``shardwise``
   callable (``shardwise.x``; a name of ``shardwise.__all__`` written alone; a name of two
@@ -664,6 +665,8 @@ class _Checker:
             if why:
                 self.problem(line, name, why)
             return
+        if parts[0] == PACKAGE and _setting_problem(".".join(parts[1:])) is None:
+            return  # a setting without a hyphen: shardwise.hedge, shardwise.concurrency.disk
         if len(parts) == 2 and parts[-1] in _FILE_EXTENSIONS:
             self.bare_file(line, name)  # shardwise.yaml
             return

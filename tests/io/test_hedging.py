@@ -76,23 +76,21 @@ def test_a_slow_request_is_hedged_and_the_first_answer_taken():
     assert found.nbytes == 31 * 100  # the answers taken, hedges' losers not counted
 
 
-def test_no_hedging_when_switched_off_or_too_few_timed():
-    server = Server(delays={3: 0.3})
+def test_before_requests_are_timed_the_links_guess_decides_and_off_is_off():
+    # five times the guessed round trip (0.02 s) and transfer: 0.1 s for 100 bytes
+    server = Server(delays={1: 0.05, 3: 30.0})
 
     async def main() -> None:
-        for _ in range(5):  # too few timed to hedge the 4th
+        for _ in range(5):
             await send("network", server, 100, _size)
 
-    _run(main())
-    assert stats().hedged == 0 and server.calls == 5
+    _run(main())  # the 2nd (0.05 s) is not hedged, the 4th (30 s) is
+    assert stats().hedged == 1 and stats().hedges_won == 1 and server.calls == 6
     requests.reset()
-    server = Server(delays={20: 0.3})
+    server = Server(delays={1: 0.3, 20: 0.3})
     with dask.config.set({"shardwise.hedge": False}):
-        _run(main())
-        _run(main())
-        _run(main())
-        _run(main())
-        _run(main())
+        for _ in range(5):
+            _run(main())
     assert stats().hedged == 0 and server.calls == 25
 
 

@@ -88,7 +88,7 @@ def test_chunks_of_a_huge_array_are_whole_shards_taken_together(tmp_path):
     chunks, whose graph dask took more than a minute to cull for a point read (engine="zarr"
     raises MemoryError). chunks={} takes shards together (powers of two per dimension)
     until at most PREFERRED_MAX_CHUNKS remain, and a point read returns in seconds."""
-    from shardwise.xarray.backend import PREFERRED_MAX_CHUNKS
+    from shardwise.graph.fanout import PREFERRED_MAX_CHUNKS
 
     group = zarr.open_group(tmp_path / "huge.zarr", mode="w", zarr_format=3)
     z = group.create_array(
@@ -113,13 +113,29 @@ def test_chunks_of_a_huge_array_are_whole_shards_taken_together(tmp_path):
 
 
 def test_shards_taken_together_along_regular_and_rectilinear_dimensions(monkeypatch):
-    from shardwise.xarray import backend
+    from shardwise.graph import fanout
 
-    monkeypatch.setattr(backend, "PREFERRED_MAX_CHUNKS", 6)
+    monkeypatch.setattr(fanout, "PREFERRED_MAX_CHUNKS", 6)
     # 10 shards of 3 along a regular dimension of 29; 4 rectilinear shards
-    assert backend._coarsened([3, (5, 1, 2, 7)], [29, 15]) == (12, (6, 9))  # 3 x 2 chunks
-    assert backend._coarsened([3, (5, 1)], [9, 6]) == (3, (5, 1))  # 6 chunks: as they are
-    assert backend._coarsened([3, 4], [0, 4]) == (3, 4)  # an empty dimension: one chunk
+    assert fanout._coarsened([3, (5, 1, 2, 7)], [29, 15]) == (12, (6, 9))  # 3 x 2 chunks
+    assert fanout._coarsened([3, (5, 1)], [9, 6]) == (3, (5, 1))  # 6 chunks: as they are
+    assert fanout._coarsened([3, 4], [0, 4]) == (3, 4)  # an empty dimension: one chunk
+
+
+def test_shards_grouped_toward_a_size_shortest_dimension_first():
+    from shardwise.graph.fanout import _grouped
+
+    # shards of 1 x 100 x 100 float32 (40 kB): along time first, the shortest, while
+    # the chunk stays within 400 kB: 8 x 100 x 100 (320 kB); 16 would be 640 kB
+    assert _grouped([1, 100, 100], [50, 100, 100], 4, 400_000) == (8, 100, 100)
+    # a cube grows each dimension in turn (the first of equals first)
+    assert _grouped([2, 2, 2], [16, 16, 16], 1, 64) == (4, 4, 4)
+    assert _grouped([2, 2, 2], [16, 16, 16], 1, 128) == (8, 4, 4)
+    # a dimension already one chunk stays; rectilinear sizes are summed in groups
+    assert _grouped([10, (3, 4, 5, 6)], [10, 18], 1, 120) == (10, (7, 11))  # 10 x 11
+    assert _grouped([10, (3, 4, 5, 6)], [10, 18], 1, 100) == (10, (3, 4, 5, 6))
+    # a shard larger than the size stays one chunk
+    assert _grouped([4, 4], [8, 8], 8, 10) == (4, 4)
 
 
 def test_indexing_matches_zarr_engine(weather_store):

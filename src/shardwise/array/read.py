@@ -27,7 +27,7 @@ def from_zarr(
     store: Any,
     path: str | None = "",
     storage_options: dict[str, Any] | None = None,
-    chunks: str | Mapping[int, Any] | Sequence[Any] | None = "shards",
+    chunks: str | Mapping[int, Any] | Sequence[Any] | None = None,
     name: str | None = None,
     inline_array: bool = False,
     *,
@@ -56,8 +56,12 @@ def from_zarr(
     storage_options : dict, optional
         Options of the fsspec file system of a URL (``{"anon": True}``); ignored, as
         dask ignores them, for a local path, a ``file://`` URL or a ``Store``.
-    chunks : str, dict, tuple or None, default "shards"
-        ``"shards"`` (and None: one dask chunk per shard), ``"inner"`` (one per inner
+    chunks : str, dict, tuple or None, optional
+        None (default): whole shards, as ``xr.open_dataset(..., engine="shardwise",
+        chunks={})`` gives them: one dask chunk per shard from local disk and memory,
+        several shards together (toward dask's ``array.chunk-size``) from an object
+        store or an HTTP server, so that a task's requests are in flight at once.
+        ``"shards"`` (one dask chunk per shard), ``"inner"`` (one per inner
         chunk), ``"auto"`` (whole shards or inner chunks toward dask's
         ``array.chunk-size``), or per axis (a tuple, or a dict by axis number) any of
         those, an int size, a tuple of sizes, ``-1`` (the whole axis) or None (shards).
@@ -120,7 +124,7 @@ def from_zarr(
         **kwargs,
     )
     label = reader.info.path.strip("/") or "/"
-    by_axis = _chunks_by_axis("shards" if chunks is None else chunks, reader.ndim, label)
+    by_axis = None if chunks is None else _chunks_by_axis(chunks, reader.ndim, label)
     sizes = block_sizes(reader, tuple(range(reader.ndim)), by_axis, name=label)
     if name is None:
         name = f"shardwise-read-{label}-{_token(reader, sizes, storage_options, kwargs)}"

@@ -16,7 +16,8 @@ file systems; ``"memory"``) holds:
   have been timed; the reader sizes its coalesced and split ranges by them;
 - **hedging** (network only, ``shardwise.hedge``): a request that has waited past the
   95th percentile of its recent like (same size class), and at least twice their
-  median, is sent again, and the first answer is taken. Hedged requests are bounded to
+  median, is sent again, and the first answer is taken (until eight like it have been
+  timed: five times what the link's round trip and bandwidth say it takes). Hedged requests are bounded to
   ``shardwise.hedge-budget`` of all requests (a token bucket) and counted
   (:func:`stats`). A read is idempotent and carries the version it expects, so the
   second answer can only be the same bytes or the same refusal.
@@ -116,12 +117,14 @@ class _Pool:
         if nbytes is not None:
             self.sizes.append((nbytes, elapsed))
 
-    def hedge_after(self, nbytes: int | None) -> float | None:
-        """How long a request of ``nbytes`` waits before it is hedged, or None (not
-        enough like it timed yet)."""
+    def hedge_after(self, nbytes: int | None, guess: Link) -> float:
+        """How long a request of ``nbytes`` waits before it is hedged: past the 95th
+        percentile of its recent like and twice their median; until enough like it
+        have been timed, five times what the link says it takes."""
         times = self.times.get(_size_class(nbytes))
         if times is None or len(times) < _MIN_SAMPLES:
-            return None
+            known = self.link(guess)
+            return 5 * (known.latency + (nbytes or 0) / known.bandwidth)
         ordered = sorted(times)
         p50 = ordered[len(ordered) // 2]
         p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
@@ -223,7 +226,7 @@ async def send[T](
             _STATS.requests += 1
             pool.tokens = min(pool.tokens + budget, 10.0)
         start = time.monotonic()
-        wait = pool.hedge_after(nbytes) if hedge else None
+        wait = pool.hedge_after(nbytes, _guess()) if hedge else None
         if wait is None:
             result = await call()
             _done(pool, nbytes, start, result, size)

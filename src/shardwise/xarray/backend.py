@@ -5,13 +5,13 @@ nothing heavy at module level: zarr, numcodecs and the shard engine load inside 
 
 Metadata, CF decoding, coordinates, attributes and encodings come from xarray's own
 ``ZarrStore`` and ``StoreBackendEntrypoint``, exactly as for ``engine="zarr"``; only the
-array data is read by shardwise, and ``encoding["preferred_chunks"]`` is the *shard*
-shape, so ``chunks={}`` gives one dask chunk per shard.
+array data is read by shardwise, and ``encoding["preferred_chunks"]`` is whole shards,
+so ``chunks={}`` gives one dask chunk per shard (several together over a network:
+:func:`shardwise.graph.fanout.preferred_chunks`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -80,6 +80,7 @@ class _ShardwiseDataStore(AbstractDataStore):
         from xarray import Variable
 
         from shardwise.format.metadata import ArrayInfo
+        from shardwise.graph.fanout import preferred_chunks
         from shardwise.io.reader import ArrayReader
 
         variables = dict(self._zarr_store.get_variables())
@@ -92,7 +93,7 @@ class _ShardwiseDataStore(AbstractDataStore):
             reader = ArrayReader(zarr_array.store_path.store, info, self._options)
             self.readers[name] = reader
             encoding = dict(var.encoding)
-            preferred = _preferred_chunks(info, reader.fetcher.kind)
+            preferred = preferred_chunks(info, reader.fetcher.kind)
             encoding["preferred_chunks"] = dict(zip(var.dims, preferred, strict=True))
             data = _compat.indexing.LazilyIndexedArray(ShardwiseBackendArray(reader))
             variables[name] = Variable(var.dims, data, var.attrs, encoding)
@@ -124,6 +125,7 @@ class _DraftDataStore(AbstractDataStore):
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
 
+        from shardwise.graph.fanout import preferred_chunks, shard_sizes
         from shardwise.io.reader import ArrayReader
 
         variables = {}
@@ -138,11 +140,11 @@ class _DraftDataStore(AbstractDataStore):
             fill = info.fill_value
             if fill is not None:
                 attrs["_FillValue"] = fill
-            shards = _shard_sizes(info)
+            shards = shard_sizes(info)
             encoding = {
                 "chunks": info.inner_chunk_shape or shards,
                 "preferred_chunks": dict(
-                    zip(dims, _preferred_chunks(info, reader.fetcher.kind), strict=True)
+                    zip(dims, preferred_chunks(info, reader.fetcher.kind), strict=True)
                 ),
                 "shards": shards if info.inner_chunk_shape else None,
             }
@@ -169,125 +171,6 @@ def _draft_groups(draft: Any, group: str) -> list[str]:
         out.append(g)
         todo += [f"{g}/{c}" if g else c for c in draft.groups(g)]
     return out
-
-
-def _preferred_chunks(info: Any, kind: str) -> tuple[int | tuple[int, ...], ...]:
-    """The dask chunks ``chunks={}`` gives: one per shard from local disk and memory.
-    From a store over a ``kind="network"`` (object stores, HTTP), whole shards, as
-    many taken together as make about dask's ``array.chunk-size`` (one where a shard is
-    that big): a task then has several shards' requests in flight at once, where one
-    shard a task would leave dask's few threads waiting a round trip each. An int per
-    regular dimension, the sizes (clipped at the array's end) along a rectilinear
-    one. Where that would still give more than :data:`PREFERRED_MAX_CHUNKS` dask
-    chunks, more are taken together (doubling along the dimension with the most
-    chunks until the count is under it)."""
-    import dask
-    from dask.utils import parse_bytes
-
-    extents = [dim.extent for dim in info.layout.dims]
-    sizes = _shard_sizes(info)
-    if kind == "network":
-        target = int(parse_bytes(dask.config.get("array.chunk-size")))
-        sizes = _grouped(list(sizes), extents, info.dtype.itemsize, target)
-    return _coarsened(list(sizes), extents)
-
-
-def _shard_sizes(info: Any) -> tuple[int | tuple[int, ...], ...]:
-    """Shard sizes per dimension as dask wants them: an int along a regular dimension,
-    the sizes (clipped at the array's end) along a rectilinear one."""
-    out: list[int | tuple[int, ...]] = []
-    for dim in info.layout.dims:
-        if dim.regular:
-            out.append(dim.shards)
-        else:
-            sizes = []
-            start = 0
-            for s in dim.shards:
-                n = min(s, dim.extent - start)
-                if n <= 0:
-                    break
-                sizes.append(n)
-                start += s
-            out.append(tuple(sizes) if sizes else (0,))
-    return tuple(out)
-
-
-PREFERRED_MAX_CHUNKS = 1_000_000
-"""The most dask chunks ``chunks={}`` gives one variable of the engine (a million: a
-point read from it takes about two seconds, most of them dask culling its graph; dask
-spends more than a minute on a hundred million, the shards of a 10**7 x 10**7 array in
-1000 x 1000 shards)."""
-
-Sizes = list[int | tuple[int, ...]]
-
-
-def _count(size: int | tuple[int, ...], extent: int, k: int) -> int:
-    """Chunks along a dimension of ``extent`` in ``size`` with ``k`` taken together."""
-    n = len(size) if isinstance(size, tuple) else -(-extent // max(size, 1))
-    return max(1, -(-n // k))
-
-
-def _length(size: int | tuple[int, ...], extent: int, k: int) -> int:
-    """The longest chunk along a dimension with ``k`` of ``size`` taken together."""
-    if isinstance(size, tuple):
-        return max((sum(size[i : i + k]) for i in range(0, len(size), k)), default=0)
-    return min(size * k, max(extent, size))
-
-
-def _grouped(
-    sizes: Sizes, extents: list[int], itemsize: int, target: int
-) -> tuple[int | tuple[int, ...], ...]:
-    """``sizes`` with whole ones taken together toward ``target`` bytes a chunk: the
-    factor along the dimension whose chunk is shortest (of those with more than one
-    chunk) doubled while the chunk stays within ``target``."""
-    factors = [1] * len(sizes)
-
-    def nbytes(fs: list[int]) -> int:
-        return itemsize * math.prod(
-            _length(s, e, k) for s, e, k in zip(sizes, extents, fs, strict=True)
-        )
-
-    while True:
-        open_dims = [
-            d
-            for d, (s, e, k) in enumerate(zip(sizes, extents, factors, strict=True))
-            if _count(s, e, k) > 1
-        ]
-        if not open_dims:
-            break
-        d = min(open_dims, key=lambda d: _length(sizes[d], extents[d], factors[d]))
-        trial = [k * 2 if i == d else k for i, k in enumerate(factors)]
-        if nbytes(trial) > target:
-            break
-        factors = trial
-    return _applied(sizes, extents, factors)
-
-
-def _applied(
-    sizes: Sizes, extents: list[int], factors: list[int]
-) -> tuple[int | tuple[int, ...], ...]:
-    out: list[int | tuple[int, ...]] = []
-    for size, extent, k in zip(sizes, extents, factors, strict=True):
-        if k == 1:
-            out.append(size)
-        elif isinstance(size, tuple):
-            out.append(tuple(sum(size[i : i + k]) for i in range(0, len(size), k)))
-        else:
-            out.append(min(size * k, max(extent, size)))
-    return tuple(out)
-
-
-def _coarsened(sizes: Sizes, extents: list[int]) -> tuple[int | tuple[int, ...], ...]:
-    """``sizes`` (per dimension: one size, or the sizes along it) with ``k`` shards taken
-    together along each dimension, the factors doubled where the chunks are most, until
-    at most :data:`PREFERRED_MAX_CHUNKS` chunks remain."""
-    factors = [1] * len(sizes)
-    while True:
-        counts = [_count(s, e, k) for s, e, k in zip(sizes, extents, factors, strict=True)]
-        if math.prod(counts) <= PREFERRED_MAX_CHUNKS:
-            break
-        factors[counts.index(max(counts))] *= 2
-    return _applied(sizes, extents, factors)
 
 
 def _read_options(read_options: Any) -> ReadOptions:

@@ -26,7 +26,7 @@ _CHUNK_WORDS = ("shards", "inner", "auto")
 def open_dataset(
     store: Any,
     *,
-    chunks: str | Mapping[Hashable, Any] = "shards",
+    chunks: str | Mapping[Hashable, Any] | None = None,
     group: str | None = None,
     storage_options: dict[str, Any] | None = None,
     consolidated: bool | None = None,
@@ -54,8 +54,12 @@ def open_dataset(
     store : str, os.PathLike, zarr.abc.store.Store or icechunk.Session
         The store: a path, a URL (with ``storage_options``), a zarr-python ``Store``
         or an Icechunk session; Zarr v3, Zarr v2 or a store of the 2022 sharding draft.
-    chunks : str or dict, default "shards"
-        How whole inner chunks are grouped into dask chunks: ``"shards"`` (one dask
+    chunks : str, dict or None, optional
+        How whole inner chunks are grouped into dask chunks. None (default): whole
+        shards, as ``xr.open_dataset(..., engine="shardwise", chunks={})`` gives them
+        (one dask chunk per shard from local disk and memory, several shards together
+        toward dask's ``array.chunk-size`` from an object store or an HTTP server);
+        ``"shards"`` (one dask
         chunk per shard), ``"inner"`` (one per inner chunk: most parallel, many tasks),
         ``"auto"`` (whole shards, or whole inner chunks of a shard, toward dask's
         ``array.chunk-size``), or a dict by dimension name of any of those, an int
@@ -113,7 +117,9 @@ def open_dataset(
     """
     import xarray as xr
 
-    if isinstance(chunks, str):
+    if chunks is None:
+        pass
+    elif isinstance(chunks, str):
         if chunks not in _CHUNK_WORDS:
             raise ChunksError(
                 "unknown chunks",
@@ -190,7 +196,7 @@ def open_dataset(
     return out
 
 
-def _fallback_chunks(var: Any, chunks: str | Mapping[Hashable, Any]) -> dict[Hashable, Any]:
+def _fallback_chunks(var: Any, chunks: str | Mapping[Hashable, Any] | None) -> dict[Hashable, Any]:
     """dask chunks for a variable xarray's zarr wrapper reads: its Zarr chunks, or the
     sizes the dict gives."""
     preferred = var.encoding.get("preferred_chunks", {})
