@@ -74,7 +74,10 @@ zarr) in that workload.
 THE TABLES, one per workload and a summary: the median seconds (min-max) over ``--runs``,
 the requests of each run (a range where runs differ), the connections opened during the
 run (and the peak open at once, connections kept from before the clock included), the
-bytes the proxy sent to the reader (headers included; median), the bound, the ratios.
+bytes the proxy sent to the reader (headers included; median), the bound, the ratios, and
+the CPU: the cores the reader (its cluster included), the server and the proxy kept busy
+(median), and the most that other processes took in a run (shown for runs of 0.25 s or
+more): on a shared machine, a run with others' CPU near the core count was slowed by them.
 
 ``--quick`` (a smoke run for the tests): the quick array, 1 run, rtt 5 ms, tensorstore
 (where it is installed) and shardwise xarray dask, the whole array and the warm point.
@@ -88,6 +91,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -143,6 +147,10 @@ class Data:
     def path(self) -> Path:
         return REMOTE / f"{self.name}.zarr"
 
+    @property
+    def ref_file(self) -> Path:  # the reference of each workload's result
+        return REMOTE / f"{self.name}.ref.json"
+
     def label(self) -> str:
         dims = "x".join(map(str, self.shape))
         return (
@@ -191,12 +199,11 @@ def crc(a: Any) -> int:
     return int(crc32c.crc32c(memoryview(np.ascontiguousarray(a)).cast("B")))
 
 
-def ensure(data: Data) -> dict[str, Any]:
-    """Write the store when missing; the reference of each workload (a CRC-32C, shape and
-    dtype of its last read, read back from the store by zarr-python) beside it."""
-    ref_file = REMOTE / f"{data.name}.ref.json"
-    if ref_file.exists() and (data.path / "v" / "zarr.json").exists():
-        return json.loads(ref_file.read_text())
+def ensure(data: Data) -> None:
+    """Write the store when missing, and the reference of each workload beside it (a
+    CRC-32C and shape of its last read, or the values read; read back by zarr-python)."""
+    if data.ref_file.exists() and (data.path / "v" / "zarr.json").exists():
+        return
     import warnings
 
     import xarray as xr
@@ -209,13 +216,8 @@ def ensure(data: Data) -> dict[str, Any]:
     for start in range(0, data.shape[0], 64):  # in slabs: the int64 temporaries stay small
         full[start : start + 64] = values(data, start, min(start + 64, data.shape[0]))
     ds = xr.Dataset({"v": (("x", "y", "z"), full)})
-    encoding = {
-        "v": {
-            "chunks": data.inner,
-            "shards": data.shards,
-            "compressors": zarr.codecs.ZstdCodec(level=3),
-        }
-    }
+    zstd = zarr.codecs.ZstdCodec(level=3)
+    encoding = {"v": {"chunks": data.inner, "shards": data.shards, "compressors": zstd}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # consolidated metadata is not in the v3 spec
         ds.to_zarr(data.path, zarr_format=3, encoding=encoding, consolidated=True, mode="w")
@@ -227,8 +229,7 @@ def ensure(data: Data) -> dict[str, Any]:
             ref[workload] = [int(g) for g in got]
         else:
             ref[workload] = {"crc": crc(got[0]), "shape": list(got[0].shape)}
-    ref_file.write_text(json.dumps(ref))  # last: a store without it is written again
-    return ref
+    data.ref_file.write_text(json.dumps(ref))  # last: a store without it is written again
 
 
 def stored_chunks(data: Data, workload: str) -> tuple[list[bytes], int]:
@@ -242,24 +243,28 @@ def stored_chunks(data: Data, workload: str) -> tuple[list[bytes], int]:
     per = tuple(s // i for s, i in zip(data.shards, data.inner, strict=True))
     wanted: set[tuple[int, ...]] = set()
     for sel in selections(data)[workload][-1 if workload == "point warm" else 0 :]:
-        ranges = []
-        for s, n, c in zip(sel, data.shape, data.inner, strict=True):
-            lo, hi = (s, s + 1) if isinstance(s, int) else (s.start or 0, s.stop or n)
-            ranges.append(range(lo // c, -(-hi // c)))
-        for idx in np.ndindex(*(len(r) for r in ranges)):
-            wanted.add(tuple(r[i] for r, i in zip(ranges, idx, strict=True)))
+        bounds = [
+            (s, s + 1) if isinstance(s, int) else (s.start or 0, s.stop or n)
+            for s, n in zip(sel, data.shape, strict=True)
+        ]
+        wanted.update(
+            itertools.product(
+                *(
+                    range(lo // c, -(-hi // c))
+                    for (lo, hi), c in zip(bounds, data.inner, strict=True)
+                )
+            )
+        )
     by_shard: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for chunk in wanted:
-        by_shard.setdefault(tuple(c // p for c, p in zip(chunk, per, strict=True)), []).append(
-            chunk
-        )
+        by_shard.setdefault(tuple(np.floor_divide(chunk, per).tolist()), []).append(chunk)
     out = []
     n = math.prod(per)
     for shard, chunks in by_shard.items():
         raw = (data.path / "v" / "c" / "/".join(map(str, shard))).read_bytes()
         table = np.frombuffer(raw[-(16 * n + 4) : -4], dtype="<u8").reshape((*per, 2))
         for chunk in chunks:
-            o, size = (int(v) for v in table[tuple(c % p for c, p in zip(chunk, per, strict=True))])
+            o, size = table[tuple(np.mod(chunk, per).tolist())].tolist()
             if o != 2**64 - 1:
                 out.append(raw[o : o + size])
     return out, len(by_shard)
@@ -281,10 +286,11 @@ def decode_floor(data: Data, chunks: list[bytes]) -> float:
     parts = [chunks[i::cores] for i in range(cores)]
     best = math.inf
     with ThreadPoolExecutor(cores) as pool:
-        for _ in range(4):  # a warm-up, then 3
+        for i in range(4):  # a warm-up, then 3
             t0 = time.perf_counter()
             list(pool.map(part, parts))
-            best = min(best, time.perf_counter() - t0) if _ else best
+            if i:
+                best = min(best, time.perf_counter() - t0)
     return best
 
 
@@ -360,15 +366,10 @@ def stop(proc: subprocess.Popen[str] | None) -> None:
 
 def control(address: tuple[str, int], command: str = "stats") -> dict[str, int]:
     """The proxy's counters (``reset``: also sets its peak of open connections to now)."""
-    with socket.create_connection(address, timeout=10) as s:
-        s.sendall(command.encode() + b"\n")
-        reply = b""
-        while not reply.endswith(b"\n"):
-            got = s.recv(4096)
-            if not got:
-                break
-            reply += got
-    return json.loads(reply)
+    with socket.create_connection(address, timeout=10) as s, s.makefile("rwb") as f:
+        f.write(command.encode() + b"\n")
+        f.flush()
+        return json.loads(f.readline())
 
 
 # -- one run of one reader, in a child process ---------------------------------------------------
@@ -419,23 +420,20 @@ def open_reader(reader: str, url: str) -> Any:
 
 def prepare(reader: str) -> Any:
     """The imports and the scheduler (or cluster) of a reader, before the clock."""
+    import importlib
     import warnings
 
     warnings.simplefilter("ignore")  # e.g. consolidated metadata is not in the v3 spec
     import dask
-    import xarray  # noqa: F401
     import zarr
 
-    if reader == "tensorstore":
-        import tensorstore  # noqa: F401
-    if reader == "zarr obstore":
-        import obstore  # noqa: F401
+    own = {"tensorstore": "tensorstore", "zarr obstore": "obstore", "zarrs": "zarrs"}
+    importlib.import_module("xarray")
+    importlib.import_module(
+        "shardwise" if reader.startswith("shardwise") else own.get(reader, "zarr")
+    )
     if reader == "zarrs":
-        import zarrs  # noqa: F401
-
         zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
-    if reader.startswith("shardwise"):
-        import shardwise  # noqa: F401
     if reader != CLUSTER:
         dask.config.set(scheduler="threads")
         return None
@@ -445,41 +443,67 @@ def prepare(reader: str) -> Any:
     return Client(lc)
 
 
+def cpu_now(pids: list[int]) -> tuple[float, float]:
+    """(busy CPU seconds of the machine, of ``pids`` and their descendants)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split()[1:9]]
+    busy = (sum(fields) - fields[3] - fields[4] - fields[7]) / os.sysconf("SC_CLK_TCK")
+    import psutil
+
+    ours = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            for q in (proc, *proc.children(recursive=True)):
+                with contextlib.suppress(psutil.Error):
+                    t = q.cpu_times()
+                    ours += t.user + t.system
+    return busy, ours
+
+
 def child(job: dict[str, Any]) -> dict[str, Any]:
     reader, workload, url = job["reader"], job["workload"], job["url"]
     address = (job["control"][0], job["control"][1])
-    sels = [tuple(slice(*a[1:]) if isinstance(a, list) else a for a in s) for s in job["sels"]]
+    data = DATA[job["data"]]
+    sels, ref = selections(data)[workload], json.loads(data.ref_file.read_text())[workload]
     client = prepare(reader)
+    pids = [os.getpid(), *job["pids"]]  # the reader (and its cluster), the server, the proxy
     try:
         if workload == "point warm":  # opened, one value read: only the second timed
             get = open_reader(reader, url)
             get(sels[0])
             before = control(address, "reset")
+            cpu0 = cpu_now(pids)
             t0 = time.perf_counter()
             out = [get(sels[1])]
         else:
             before = control(address, "reset")
+            cpu0 = cpu_now(pids)
             t0 = time.perf_counter()
             get = open_reader(reader, url)
             out = [get(s) for s in sels]
         seconds = time.perf_counter() - t0
+        cpu1 = cpu_now(pids)
         after = control(address)
     finally:
         if client is not None:
             client.close()
             client.cluster.close()
-    ref = job["ref"]
     if isinstance(ref, list):
         ok = [int(np.asarray(o)) for o in out] == ref
     else:
         a = np.asarray(out[0])
         ok = list(a.shape) == ref["shape"] and a.dtype == np.uint16 and crc(a) == ref["crc"]
     counts = {k: after[k] - before[k] for k in ("requests", "connections", "bytes_down")}
-    return {"seconds": seconds, "ok": ok, "peak_open": after["peak_open"], **counts}
-
-
-def encode_sel(sel: tuple[Any, ...]) -> list[Any]:
-    return [["s", s.start, s.stop] if isinstance(s, slice) else s for s in sel]
+    ours = cpu1[1] - cpu0[1]
+    others = max(cpu1[0] - cpu0[0] - ours, 0.0) / seconds
+    return {
+        "seconds": seconds,
+        "ok": ok,
+        "peak_open": after["peak_open"],
+        "cpu": ours / seconds,
+        "others": others,
+        **counts,
+    }
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -543,14 +567,14 @@ def report(
     )
     print(
         f"| reader | median s (min-max) | requests | connections (peak open) | MB moved "
-        f"| bound s | x bound | x {best or 'best peer'} |"
+        f"| bound s | x bound | x {best or 'best peer'} | CPU cores: its (others', max) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     cells = {}
     for r, v in results.items():
         if r not in ok:
             errors = [x["error"] for x in v if "error" in x]
-            print(f"| {r} | failed: {errors[0] if errors else 'no run'} | | | | | | |")
+            print(f"| {r} | failed: {errors[0] if errors else 'no run'} | | | | | | | |")
             cells[r] = "failed"
             continue
         secs = [x["seconds"] for x in v]
@@ -565,9 +589,13 @@ def report(
         conns = fmt_range([x["connections"] for x in v], "d")
         moved = statistics.median(x["bytes_down"] for x in v) / 1e6
         ratio = med[r] / med[best] if best else float("nan")
+        long = [x for x in v if x["seconds"] >= 0.25]  # /proc/stat counts 10 ms ticks
+        cpu = f"{statistics.median(x['cpu'] for x in long):.2f}" if long else "-"
+        others = f"{max(x['others'] for x in long):.2f}" if long else "-"
         print(
             f"| {r} | {med[r]:.3f} ({fmt_range(secs, '.3f')}){wrong} | {reqs} | {conns} ({peak}) "
-            f"| {moved:.2f} | {bound:.3f} | {med[r] / bound:.1f} | {ratio:.2f} |"
+            f"| {moved:.2f} | {bound:.3f} | {med[r] / bound:.1f} | {ratio:.2f} "
+            f"| {cpu} ({others}) |"
         )
         cells[r] = f"{med[r]:.3f} ({reqs})" + wrong
     return cells
@@ -576,10 +604,9 @@ def report(
 def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str]) -> bool:
     """Every workload of one data set at one rtt; False when a result was wrong or a
     shardwise reader failed."""
-    ref = ensure(data)
-    sels = selections(data)
-    stored = sum(f.stat().st_size for f in (data.path / "v" / "c").rglob("*") if f.is_file())
-    n_shards = sum(1 for f in (data.path / "v" / "c").rglob("*") if f.is_file())
+    ensure(data)
+    sizes = [f.stat().st_size for f in (data.path / "v" / "c").rglob("*") if f.is_file()]
+    stored, n_shards = sum(sizes), len(sizes)
     print(
         f"\n## {data.label()}: {n_shards} shards, {stored / 1e6:.1f} MB stored "
         f"({stored / n_shards / 1e6:.2f} MB a shard); rtt {rtt:g} ms\n",
@@ -627,8 +654,8 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                         "workload": workload,
                         "url": url,
                         "control": address,
-                        "sels": [encode_sel(s) for s in sels[workload]],
-                        "ref": ref[workload],
+                        "pids": [server.pid, proxy.pid],
+                        "data": data.name,
                     }
                     res = run_one(args, job)
                     results[r].append(res)

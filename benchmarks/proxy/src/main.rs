@@ -19,8 +19,8 @@
 //!   (LISTEN may give port 0); exits with status 0 on SIGTERM or SIGINT.
 //!
 //! A thread per direction per connection, blocking I/O with 128 KiB buffers, 256 KiB
-//! stacks: several hundred connections cost a few hundred MB of address space and little
-//! CPU.
+//! stacks, two descriptors: several hundred connections cost a few hundred MB of address
+//! space and little CPU.
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -225,7 +225,10 @@ fn main() {
     for client in listener.incoming() {
         let client = match client {
             Ok(c) => c,
-            Err(_) => continue,
+            Err(_) => {
+                thread::sleep(Duration::from_millis(10)); // e.g. out of descriptors: not a spin
+                continue;
+            }
         };
         let (upstream, config, stats) = (upstream.clone(), config.clone(), stats.clone());
         stats.connections.fetch_add(1, Ordering::SeqCst);
@@ -310,35 +313,34 @@ fn serve(client: TcpStream, upstream: &str, config: &Config, stats: &Arc<Stats>)
     };
     client.set_nodelay(true).ok();
     server.set_nodelay(true).ok();
-    let (mut c_read, mut s_write) = match (client.try_clone(), server.try_clone()) {
-        (Ok(c), Ok(s)) => (c, s),
-        _ => return,
-    };
+    // each socket shared by the two threads (&TcpStream reads and writes): two descriptors a
+    // connection, not four
+    let (client, server) = (Arc::new(client), Arc::new(server));
     // true when the server has sent bytes since the client last sent: the client's next
     // bytes start a request (true at first: the connection's first bytes are one)
     let answered = Arc::new(AtomicBool::new(true));
     let down = {
         let (answered, stats, rate) = (answered.clone(), stats.clone(), config.rate);
-        let (mut s_read, mut c_write) = (server, client);
+        let (client, server) = (client.clone(), server.clone());
         thread::Builder::new().stack_size(256 * 1024).spawn(move || {
             let mut buf = vec![0u8; BUF];
             let mut bucket = Bucket::new(rate);
             loop {
-                let n = match s_read.read(&mut buf) {
+                let n = match (&*server).read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
                 answered.store(true, Ordering::SeqCst);
                 bucket.take(n);
-                if c_write.write_all(&buf[..n]).is_err() {
+                if (&*client).write_all(&buf[..n]).is_err() {
                     break;
                 }
                 stats.bytes_down.fetch_add(n as u64, Ordering::Relaxed);
             }
             // the server is done (or the client gone): end both sides, so the other
             // thread's read returns
-            let _ = c_write.shutdown(Shutdown::Both);
-            let _ = s_read.shutdown(Shutdown::Both);
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
         })
     };
     let down = match down {
@@ -347,7 +349,7 @@ fn serve(client: TcpStream, upstream: &str, config: &Config, stats: &Arc<Stats>)
     };
     let mut buf = vec![0u8; BUF];
     loop {
-        let n = match c_read.read(&mut buf) {
+        let n = match (&*client).read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -361,11 +363,11 @@ fn serve(client: TcpStream, upstream: &str, config: &Config, stats: &Arc<Stats>)
             stats.changed();
             thread::sleep(wait);
         }
-        if s_write.write_all(&buf[..n]).is_err() {
+        if (&*server).write_all(&buf[..n]).is_err() {
             break;
         }
         stats.bytes_up.fetch_add(n as u64, Ordering::Relaxed);
     }
-    let _ = s_write.shutdown(Shutdown::Write);
+    let _ = server.shutdown(Shutdown::Write);
     let _ = down.join();
 }
