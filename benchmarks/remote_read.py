@@ -1,48 +1,40 @@
-"""Reading a sharded Zarr v3 array over HTTP, at a remote store's latency and bandwidth:
-shardwise's read paths side by side with tensorstore, zarr-python (over obstore and over
-fsspec, and under zarrs' pipeline) and xarray + zarr-python + dask.
+"""Reading a sharded Zarr v3 array over HTTP at a remote store's latency and bandwidth:
+shardwise's read paths side by side with tensorstore, zarr-python (over obstore, over
+fsspec, under zarrs' pipeline) and xarray + zarr-python + dask.
 
-THE STORE: aiohttp's static file handler (it answers Range and If-Match, with strong
-ETags) serves ``benchmarks/data/remote/`` on 127.0.0.1, in a subprocess; in front of it
-the project's proxy (``benchmarks/proxy``, Rust, std only, built here with ``cargo build
---release --offline``) holds every request one round trip (``--rtt-ms``), paces each
-connection's responses to ``--mbps`` MB/s, and with ``--tail FRACTION:MS`` holds a seeded
-random FRACTION of the requests MS longer. The proxy counts the requests (a request: the
-client's first bytes on a connection, or its first bytes after the server answered), the
-connections and the bytes; each run reads its own counts from the proxy's control port
-just before and just after its timed part. A new connection costs no round trip at the
-proxy (no TCP handshake delay, no TLS): readers that open many connections are not charged
-for them. The server, the proxy and every reader share this machine's cores (the proxy
-took about 1 to 1.5 CPU seconds per GB it forwarded, here). Both processes are stopped when the script
-ends, however it ends.
+THE STORE: aiohttp's static file handler (Range, If-Match, strong ETags) serves
+``benchmarks/data/remote/`` on 127.0.0.1 in a subprocess, behind the project's proxy
+(``benchmarks/proxy``: Rust, std only, built with ``cargo build --release --offline``).
+The proxy holds each request one round trip (``--rtt-ms``; a request is a client's first
+bytes on a connection or after the server answered), paces each connection's responses
+to ``--mbps`` MB/s, and with ``--tail FRACTION:MS`` holds a seeded random FRACTION of the
+requests MS longer. Each run reads the proxy's counts (requests, connections, bytes) from
+its control port just before and after its timed part. A new connection costs no round
+trip (no TCP handshake delay, no TLS). Server, proxy and readers share the machine's cores
+(the proxy took about 1 to 1.5 CPU seconds per GB forwarded, here). Both are stopped when
+the script ends, however it ends.
 
-DATA (``--data``; a group with one array ``v``, dims x, y, z, uint16, values
-``(x + y*y//32 + z**3) % 65536``, zstd level 3, written once by xarray's to_zarr with
-consolidated metadata, kept in ``benchmarks/data/remote/``):
+DATA (``--data``): a group with one array ``v`` (dims x, y, z; uint16; values
+``(x + y*y//32 + z**3) % 65536``; zstd level 3), written once by xarray's to_zarr with
+consolidated metadata and kept in ``benchmarks/data/remote/``; stored sizes are printed.
 
-  small   512**3 (256 MiB), shards of 128**3, inner chunks of 32**3: 64 shards of about
-          2 MB stored
-  large   1024 x 1024 x 512 (1 GiB), shards of 512 x 512 x 256, inner chunks of 64**3:
-          8 shards of about 65 MB stored (z**3 makes the values hard to compress along z:
-          no noise is needed)
+  small   512**3 (256 MiB), shards of 128**3 (about 2 MB stored), inner chunks of 32**3
+  large   1024 x 1024 x 512 (1 GiB), shards of 512 x 512 x 256 (about 65 MB stored: z**3
+          makes the values hard to compress along z), inner chunks of 64**3
   quick   64**3, shards of 32**3, inner chunks of 16**3 (``--quick``)
 
-The stored sizes are printed with each table.
-
 WORKLOADS: ``whole`` the array; ``window`` its first eighth along x; ``plane`` v[:, :, k]
-(k in the middle of a shard: every shard that plane crosses); ``point cold`` one value;
-``point warm`` one value after another value of the same shard (another inner chunk) was
-read in the same process, only the second read timed; ``100 points`` 100 seeded random
-values, read one after another.
+(k inside a shard: every shard the plane crosses); ``point cold`` one value; ``point
+warm`` one value after another of the same shard (another inner chunk) was read in the
+same process, only the second read timed; ``100 points`` 100 seeded random values, read
+one after another.
 
-READERS, each in a FRESH PROCESS per run (the readers one after another, round after
-round); the clock covers opening and reading (not Python's start, the imports or a
-cluster's start):
+READERS, each in a FRESH PROCESS per run (readers in turn, round after round); the clock
+covers opening and reading (not Python's start, the imports, a cluster's start):
 
-  tensorstore              zarr3 driver over tensorstore's http kvstore (its defaults:
-                           no cache pool)
-  zarr obstore             zarr.open_array(ObjectStore(HTTPStore.from_url(url)), path="v")
-                           (client_options allow_http: the server is plain HTTP)
+  tensorstore              zarr3 driver, http kvstore (its defaults: no cache pool)
+  zarr obstore             zarr.open_array(ObjectStore(HTTPStore.from_url(url,
+                           client_options={"allow_http": True})), path="v")
   zarr fsspec              the same over FsspecStore.from_url(url) (fsspec's HTTP)
   zarrs                    zarr fsspec under zarrs' ZarrsCodecPipeline
   xarray zarr dask         xr.open_zarr(url, chunks={}) on dask's threads
@@ -54,33 +46,31 @@ cluster's start):
   shardwise from_zarr      shardwise.from_zarr(url, "v"), then .compute()
   shardwise ArrayReader    shardwise.ArrayReader.open(url, "v")[...]
 
-Every result is checked against the local store read by zarr-python (CRC-32C, shape,
-dtype; the values of points). A wrong result fails the run (exit status 1), and so does
-a shardwise reader's error; a peer's error is shown in its row.
+Every result is checked against the local store read by zarr-python (CRC-32C and shape,
+or the values of the points). A wrong result or a shardwise reader's error makes the exit
+status 1; a peer's error is shown in its row.
 
-THE BOUND of a row is a lower bound, the largest of three:
-  - latency: rtt x the fewest sequential round trips the workload needs: 2 for a cold
-    read (the metadata, then the data), 1 for the warm point, and for 100 points 1 plus
-    one per distinct shard they fall in (a reader that keeps every shard it read);
-  - transfer: the stored bytes of the inner chunks the workload needs / (the rate per
-    connection x the peak of connections the reader had open at once during the run);
-  - decode: the decode floor, every needed inner chunk already in memory decoded by
-    numcodecs' Zstd in a thread pool on every core (the fastest of 3, measured here).
-Each is reachable alone, not all together: the ratio to the bound says how far a reader is
-from the least it could do at its own parallelism. The slow tail (``--tail``) is in no
-term. "x best" compares with the fastest peer (tensorstore, zarr-python, zarrs, xarray +
-zarr) in that workload.
+THE BOUND of a row, a lower bound: the largest of
+  - latency: rtt x the fewest sequential round trips: 2 for a cold read (the metadata,
+    then the data), 1 for the warm point, for 100 points 1 + one per distinct shard (a
+    reader that keeps every shard it read);
+  - transfer: the stored bytes of the inner chunks needed / (the rate per connection x
+    the peak of connections the reader had open at once in the run);
+  - decode: every needed inner chunk, already in memory, decoded by numcodecs' Zstd in a
+    thread pool on every core (the fastest of 3, measured here).
+Each is reachable alone, not all together; the slow tail is in none. "x <peer>" compares
+with the fastest peer (tensorstore, zarr-python, zarrs, xarray + zarr) in the workload.
 
-THE TABLES, one per workload and a summary: the median seconds (min-max) over ``--runs``,
-the requests of each run (a range where runs differ), the connections opened during the
-run (and the peak open at once, connections kept from before the clock included), the
-bytes the proxy sent to the reader (headers included; median), the bound, the ratios, and
-the CPU: the cores the reader (its cluster included), the server and the proxy kept busy
-(median), and the most that other processes took in a run (shown for runs of 0.25 s or
-more): on a shared machine, a run with others' CPU near the core count was slowed by them.
+THE TABLES, one per workload and a summary: median seconds (min-max) over ``--runs``; the
+requests of each run (a range where runs differ); connections opened in the run (peak
+open at once, those kept from before the clock included); bytes sent to the reader
+(headers included; median); the bound and the ratios; CPU: the cores the reader (its
+cluster included), the server and the proxy kept busy (median), and the most that other
+processes took in a run (runs of 0.25 s or more): on a shared machine, others' CPU near
+the core count says a run was slowed by them.
 
-``--quick`` (a smoke run for the tests): the quick array, 1 run, rtt 5 ms, tensorstore
-(where it is installed) and shardwise xarray dask, the whole array and the warm point.
+``--quick`` (the tests' smoke run): the quick array, 1 run, rtt 5 ms, tensorstore (where
+installed) and shardwise xarray dask, the whole array and the warm point.
 
     python benchmarks/remote_read.py [--data small,large] [--rtt-ms 20,100] [--mbps 50]
         [--tail 0.02:1000] [--runs 3] [--readers a,b] [--workloads a,b] [--quick]
@@ -507,6 +497,30 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the driver ---------------------------------------------------------------------------------
+def source(name: str) -> str:
+    """Where ``name`` is imported from, and its git commit there (with the count of files
+    changed since) when it is a checkout: an editable install measures its working tree."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    where = Path(spec.origin).parent if spec and spec.origin else None
+    if where is None:
+        return "not installed"
+    git = ["git", "-C", str(where)]
+    head = subprocess.run(
+        [*git, "log", "-1", "--format=%h"], capture_output=True, text=True, timeout=30
+    )
+    if head.returncode:
+        return str(where)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=30
+    )
+    changed = len(dirty.stdout.splitlines())
+    return f"{where}, commit {head.stdout.strip()}" + (
+        f" + {changed} files changed" if changed else ""
+    )
+
+
 def importable(name: str) -> bool:
     import importlib.util
 
@@ -588,13 +602,13 @@ def report(
         reqs = fmt_range([x["requests"] for x in v], "d")
         conns = fmt_range([x["connections"] for x in v], "d")
         moved = statistics.median(x["bytes_down"] for x in v) / 1e6
-        ratio = med[r] / med[best] if best else float("nan")
+        ratio = f"{med[r] / med[best]:.2f}" if best else "-"
         long = [x for x in v if x["seconds"] >= 0.25]  # /proc/stat counts 10 ms ticks
         cpu = f"{statistics.median(x['cpu'] for x in long):.2f}" if long else "-"
         others = f"{max(x['others'] for x in long):.2f}" if long else "-"
         print(
             f"| {r} | {med[r]:.3f} ({fmt_range(secs, '.3f')}){wrong} | {reqs} | {conns} ({peak}) "
-            f"| {moved:.2f} | {bound:.3f} | {med[r] / bound:.1f} | {ratio:.2f} "
+            f"| {moved:.2f} | {bound:.3f} | {med[r] / bound:.1f} | {ratio} "
             f"| {cpu} ({others}) |"
         )
         cells[r] = f"{med[r]:.3f} ({reqs})" + wrong
@@ -633,6 +647,7 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
             raise SystemExit(f"the proxy said {banner!r}")
         url = f"http://127.0.0.1:{m.group(1)}/{data.path.name}"
         address = ["127.0.0.1", int(m.group(2))]
+        job = {"url": url, "control": address, "pids": [server.pid, proxy.pid], "data": data.name}
         for workload in args.workloads:
             chunks, shards = stored_chunks(data, workload)
             trips = {"point warm": 1, "100 points": 1 + shards}.get(workload, 2)
@@ -649,15 +664,7 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                 for r in readers:
                     if results[r] and "error" in results[r][-1]:
                         continue  # failed once: not tried again
-                    job = {
-                        "reader": r,
-                        "workload": workload,
-                        "url": url,
-                        "control": address,
-                        "pids": [server.pid, proxy.pid],
-                        "data": data.name,
-                    }
-                    res = run_one(args, job)
+                    res = run_one(args, {**job, "reader": r, "workload": workload})
                     results[r].append(res)
                     if "error" in res:
                         shown.append(f"{r} failed")
@@ -723,6 +730,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
     print(f"machine: {os.cpu_count()} cores (nproc {len(os.sched_getaffinity(0))}), {cpu}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print(f"shardwise from: {source('shardwise')}")
     good = True
     for name in args.data.split(","):
         if name.strip() not in DATA:

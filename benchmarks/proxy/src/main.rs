@@ -230,7 +230,7 @@ fn main() {
                 continue;
             }
         };
-        let (upstream, config, stats) = (upstream.clone(), config.clone(), stats.clone());
+        let (upstream, config, shared) = (upstream.clone(), config.clone(), stats.clone());
         stats.connections.fetch_add(1, Ordering::SeqCst);
         let open = stats.open.fetch_add(1, Ordering::SeqCst) + 1;
         stats.peak_open.fetch_max(open, Ordering::SeqCst);
@@ -238,12 +238,13 @@ fn main() {
         let spawned = thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                serve(client, &upstream, &config, &stats);
-                stats.open.fetch_sub(1, Ordering::SeqCst);
-                stats.changed();
+                serve(client, &upstream, &config, &shared);
+                shared.open.fetch_sub(1, Ordering::SeqCst);
+                shared.changed();
             });
         if spawned.is_err() {
             eprintln!("proxy: could not start a thread for a connection");
+            stats.open.fetch_sub(1, Ordering::SeqCst); // (the client is closed as it drops)
         }
     }
 }
