@@ -11,7 +11,7 @@ to ``--mbps`` MB/s, and with ``--tail FRACTION:MS`` holds a seeded random FRACTI
 requests MS longer. Each run reads the proxy's counts (requests, connections, bytes) from
 its control port just before and after its timed part. A new connection costs no round
 trip (no TCP handshake delay, no TLS). Server, proxy and readers share the machine's cores
-(the proxy took about 1 to 1.5 CPU seconds per GB forwarded, here). Both are stopped when
+(the proxy took 1 to 2 CPU seconds per GB forwarded, here). Both are stopped when
 the script ends, however it ends.
 
 DATA (``--data``): a group with one array ``v`` (dims x, y, z; uint16; values
