@@ -3,7 +3,8 @@
 Every benchmark answers a question users ask, and is grouped under it:
 
     reading         whole-array and partial reads against zarr-python, zarrs, tensorstore
-                    and the codec floor; fan-out reads; where a read task's time goes
+                    and the codec floor; reads over HTTP at a remote store's latency;
+                    fan-out reads; where a read task's time goes
     writing         write throughput and memory; irregular dask chunks; one big shard;
                     what misaligned chunks cost other writers
     object-stores   faults of an object store (resets, throttling, lost responses);
@@ -133,6 +134,18 @@ BENCHMARKS = (
         "reading",
         "One shard read whole on one thread against the decode floor and a compiled reader",
         quick=("--shape", "2d", "--repeats", "1"),
+    ),
+    Benchmark(
+        "remote_read",
+        "reading",
+        "Reads over HTTP at an object store's latency and bandwidth, beside tensorstore, "
+        "zarr-python, zarrs and xarray",
+        quick=("--quick",),
+        variants=(
+            ("large", ("--data", "large", "--runs", "1")),
+            ("slow", ("--rtt-ms", "100", "--runs", "1")),
+            ("tail", ("--tail", "0.02:1000", "--workloads", "100 points", "--runs", "1")),
+        ),
     ),
     Benchmark(
         "task_profile",
