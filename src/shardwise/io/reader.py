@@ -15,11 +15,9 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import math
-import multiprocessing
 import os
 import queue
 import reprlib
-import threading
 import uuid
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -60,6 +58,7 @@ from shardwise.io.draft import DraftStore
 from shardwise.io.fetch import Fetched, ShardFetcher
 from shardwise.io.shard_index import naming
 from shardwise.io.stores import ReadOptions, metadata_error, store_token
+from shardwise.io.threads import read_pool, read_threads
 
 __all__ = ["ArrayReader"]
 
@@ -644,55 +643,6 @@ def _one_shard(plan: ReadPlan, i: int) -> ReadPlan:
 
 def _all_slices(sel: tuple[Sel, ...]) -> bool:
     return all(isinstance(s, slice) for s in sel)
-
-
-# -- threads for reads outside dask ---------------------------------------------------------
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None
-_POOL_SIZE = 0
-_POOL_LOCK = threading.Lock()
-
-
-def read_threads(option: int | None) -> int:
-    """How many threads a read takes (``ReadOptions.threads``): ``option`` when given;
-    else every core this process may use when called from the main thread of a process
-    that is not a child (a script, a notebook: no dask task runs there but under dask's
-    synchronous scheduler, which runs one at a time), one elsewhere (dask's and
-    distributed's worker threads, dask's process pool: their parallelism is dask's)."""
-    if option is not None:
-        return option
-    if threading.current_thread() is not threading.main_thread():
-        return 1
-    if multiprocessing.parent_process() is not None:
-        return 1
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def read_pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
-    """The process's pool of read threads, at least ``threads`` strong, made on first use
-    and kept (its threads keep their scratch buffers from read to read)."""
-    global _POOL, _POOL_SIZE
-    with _POOL_LOCK:
-        if _POOL is None or threads > _POOL_SIZE:
-            old, _POOL = (
-                _POOL,
-                concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="shardwise-read"),
-            )
-            _POOL_SIZE = threads
-            if old is not None:
-                old.shutdown(wait=False)
-        return _POOL
-
-
-def _forget_pool() -> None:
-    """In a child made by ``fork``: the parent's threads are not there."""
-    global _POOL, _POOL_SIZE, _POOL_LOCK
-    _POOL, _POOL_SIZE, _POOL_LOCK = None, 0, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _ix(sel: tuple[Sel, ...]) -> tuple[Any, ...]:
