@@ -88,7 +88,7 @@ def test_chunks_of_a_huge_array_are_whole_shards_taken_together(tmp_path):
     chunks, whose graph dask took more than a minute to cull for a point read (engine="zarr"
     raises MemoryError). chunks={} takes shards together (powers of two per dimension)
     until at most PREFERRED_MAX_CHUNKS remain, and a point read returns in seconds."""
-    from shardwise.graph.fanout import PREFERRED_MAX_CHUNKS
+    from shardwise.graph.preferred import PREFERRED_MAX_CHUNKS
 
     group = zarr.open_group(tmp_path / "huge.zarr", mode="w", zarr_format=3)
     z = group.create_array(
@@ -113,17 +113,17 @@ def test_chunks_of_a_huge_array_are_whole_shards_taken_together(tmp_path):
 
 
 def test_shards_taken_together_along_regular_and_rectilinear_dimensions(monkeypatch):
-    from shardwise.graph import fanout
+    from shardwise.graph import preferred
 
-    monkeypatch.setattr(fanout, "PREFERRED_MAX_CHUNKS", 6)
+    monkeypatch.setattr(preferred, "PREFERRED_MAX_CHUNKS", 6)
     # 10 shards of 3 along a regular dimension of 29; 4 rectilinear shards
-    assert fanout._coarsened([3, (5, 1, 2, 7)], [29, 15]) == (12, (6, 9))  # 3 x 2 chunks
-    assert fanout._coarsened([3, (5, 1)], [9, 6]) == (3, (5, 1))  # 6 chunks: as they are
-    assert fanout._coarsened([3, 4], [0, 4]) == (3, 4)  # an empty dimension: one chunk
+    assert preferred._coarsened([3, (5, 1, 2, 7)], [29, 15]) == (12, (6, 9))  # 3 x 2 chunks
+    assert preferred._coarsened([3, (5, 1)], [9, 6]) == (3, (5, 1))  # 6 chunks: as they are
+    assert preferred._coarsened([3, 4], [0, 4]) == (3, 4)  # an empty dimension: one chunk
 
 
 def test_shards_grouped_toward_a_size_shortest_dimension_first():
-    from shardwise.graph.fanout import _grouped
+    from shardwise.graph.preferred import _grouped
 
     # shards of 1 x 100 x 100 float32 (40 kB): along time first, the shortest, while
     # the chunk stays within 400 kB: 8 x 100 x 100 (320 kB); 16 would be 640 kB

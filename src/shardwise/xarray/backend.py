@@ -7,7 +7,7 @@ Metadata, CF decoding, coordinates, attributes and encodings come from xarray's 
 ``ZarrStore`` and ``StoreBackendEntrypoint``, exactly as for ``engine="zarr"``; only the
 array data is read by shardwise, and ``encoding["preferred_chunks"]`` is whole shards,
 so ``chunks={}`` gives one dask chunk per shard (several together over a network:
-:func:`shardwise.graph.fanout.preferred_chunks`).
+:func:`shardwise.graph.preferred.preferred_chunks`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class _ShardwiseDataStore(AbstractDataStore):
         from xarray import Variable
 
         from shardwise.format.metadata import ArrayInfo
-        from shardwise.graph.fanout import preferred_chunks
+        from shardwise.graph.preferred import preferred_chunks
         from shardwise.io.reader import ArrayReader
 
         variables = dict(self._zarr_store.get_variables())
@@ -125,7 +125,7 @@ class _DraftDataStore(AbstractDataStore):
     def get_variables(self) -> Mapping[str, Any]:
         from xarray import Variable
 
-        from shardwise.graph.fanout import preferred_chunks, shard_sizes
+        from shardwise.graph.preferred import preferred_chunks, shard_sizes
         from shardwise.io.reader import ArrayReader
 
         variables = {}
