@@ -1,7 +1,8 @@
 """Reading over HTTP: a real server on 127.0.0.1 (aiohttp's static file handler, which
 answers ``Range``, ``If-Match`` and ``If-Unmodified-Since`` and gives strong ETags) in a
-thread of its own, each request logged; read through fsspec's HTTP file system
-(zarr-python's ``FsspecStore`` on an ``http://`` URL) with versions from the ETag."""
+thread of its own, each request logged; read with versions from the ETag through both
+clients: obstore's ``HTTPStore`` (what an ``http://`` URL opens when obstore is
+installed) and fsspec's HTTP file system (what it opens with ``storage_options``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import xarray as xr
 
 import shardwise
 from shardwise.io.capabilities import conditional
+from shardwise.io.cloud import ObstoreConditional
 from shardwise.io.http import HttpConditional
 from shardwise.io.opener import store_path
 
@@ -86,6 +88,16 @@ class StaticServer:
         return self.requests[mark:]
 
 
+@pytest.fixture(params=["obstore", "fsspec"])
+def via(request) -> dict[str, object]:
+    """How a URL is opened: with no ``storage_options`` (obstore's ``HTTPStore``), or
+    with ``storage_options={}`` (fsspec's HTTP file system)."""
+    if request.param == "obstore":
+        pytest.importorskip("obstore")
+        return {}
+    return {"storage_options": {}}
+
+
 @pytest.fixture
 def served(tmp_path) -> Iterator[tuple[StaticServer, Path, np.ndarray]]:
     """A Dataset of 4 x 4 shards of 32 x 32 (inner chunks 8 x 8), consolidated, served."""
@@ -96,15 +108,15 @@ def served(tmp_path) -> Iterator[tuple[StaticServer, Path, np.ndarray]]:
         yield server, tmp_path / "d.zarr", values
 
 
-def test_versions_come_from_the_etag(served):
+def test_versions_come_from_the_etag(served, via):
     server, _, _ = served
-    found = conditional(store_path(f"{server.url}/d.zarr").store)
-    assert isinstance(found, HttpConditional)
+    found = conditional(store_path(f"{server.url}/d.zarr", via.get("storage_options")).store)
+    assert isinstance(found, HttpConditional if via else ObstoreConditional)
 
 
-def test_a_warm_point_read_is_one_request_and_a_replaced_shard_is_read_again(served):
+def test_a_warm_point_read_is_one_request_and_a_replaced_shard_is_read_again(served, via):
     server, path, values = served
-    reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v")
+    reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v", **via)
     mark = len(server.requests)
     assert reader[70, 5] == values[70, 5]
     cold = server.since(mark)
@@ -129,10 +141,12 @@ def test_a_warm_point_read_is_one_request_and_a_replaced_shard_is_read_again(ser
     assert again[0][2] == etag and again[2][2] not in (None, etag)
 
 
-def test_xarray_reads_through_the_engine_without_listing(served):
+def test_xarray_reads_through_the_engine_without_listing(served, via):
     server, _, values = served
     mark = len(server.requests)
-    ds = xr.open_dataset(f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True)
+    ds = xr.open_dataset(
+        f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True, **via
+    )
     np.testing.assert_array_equal(ds.v.values, values)
     requests = server.since(mark)
     assert all(method == "GET" for method, *_ in requests)
@@ -169,13 +183,15 @@ def test_obstore_http_store(served):
     np.testing.assert_array_equal(ds.v.values, values)
 
 
-def test_a_task_has_all_its_shards_requests_in_flight_at_once(served):
+def test_a_task_has_all_its_shards_requests_in_flight_at_once(served, via):
     """Over HTTP, chunks={} gives dask chunks of several whole shards, and a task's
     shards are fetched together: on dask's synchronous scheduler (one task at a time),
     the 16 shards' requests are all in flight at once, not one after another."""
     server, _, values = served
     server.delay = 0.2
-    ds = xr.open_dataset(f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True)
+    ds = xr.open_dataset(
+        f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True, **via
+    )
     assert ds.v.chunks == ((128,), (128,))  # the 4 x 4 shards of 32 x 32 in one dask chunk
     mark = len(server.requests)
     server.most_in_flight = 0
@@ -189,7 +205,7 @@ def test_a_task_has_all_its_shards_requests_in_flight_at_once(served):
     server.most_in_flight = 0
     with dask.config.set({"scheduler": "synchronous", "shardwise.concurrency": {"network": 4}}):
         again = xr.open_dataset(
-            f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True
+            f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True, **via
         )
         np.testing.assert_array_equal(again.v.values, values)
     assert server.most_in_flight == 4
@@ -201,14 +217,14 @@ def test_local_disk_keeps_one_dask_chunk_per_shard(served):
     assert ds.v.chunks == ((32,) * 4, (32,) * 4)
 
 
-def test_a_large_shard_is_read_as_its_index_then_parts_at_once(served):
+def test_a_large_shard_is_read_as_its_index_then_parts_at_once(served, via):
     """A shard expected to be larger than two parts (``coalesce_max``) is read over a
     network as its index, then its inner chunks in ranges of at most a part, all in
     flight together, each against the index's version."""
     server, _, values = served
     server.delay = 0.2
     options = shardwise.ReadOptions(coalesce_max=256)  # a part: about two inner chunks
-    reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v", options=options)
+    reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v", options=options, **via)
     mark = len(server.requests)
     server.most_in_flight = 0
     np.testing.assert_array_equal(reader[0:32, 0:32], values[0:32, 0:32])  # shard (0, 0)

@@ -56,6 +56,7 @@ from shardwise.io.capabilities import local_root
 from shardwise.io.conditional import file_version
 from shardwise.io.draft import DraftStore
 from shardwise.io.fetch import Fetched, ShardFetcher
+from shardwise.io.opener import v3_first, web_store
 from shardwise.io.shard_index import naming
 from shardwise.io.stores import ReadOptions, metadata_error, store_token
 from shardwise.io.threads import read_pool, read_threads
@@ -168,10 +169,16 @@ class ArrayReader:
             found = None if fmt is not None else DraftStore.after(error, store, storage_options)
             return None if found is None else cls(found.store, found.info(path), options)
 
+        store = web_store(store, storage_options)
         try:
             with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
-                arr = zarr.open_array(
-                    store=store, path=path, mode="r", storage_options=storage_options, **kwargs
+                arr = v3_first(
+                    zarr.open_array,
+                    store=store,
+                    path=path,
+                    mode="r",
+                    storage_options=storage_options,
+                    **kwargs,
                 )
             info = _info_of(arr)
         except ShardwiseError:

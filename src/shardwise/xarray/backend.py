@@ -190,15 +190,17 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
 
     from shardwise.errors import NotAZarrStoreError
     from shardwise.format.metadata import metadata_key
-    from shardwise.io.opener import readable
+    from shardwise.io.opener import readable, v3_first, web_store
 
     opener = ZarrStore.open_store if many else ZarrStore.open_group
     where = _where(filename_or_obj)
     kwargs.setdefault("mode", "r")
     if kwargs["mode"] == "r":
-        where = readable(where)
+        where = readable(web_store(where, kwargs.get("storage_options")))
     try:
-        return opener(where, group=group, consolidate_on_close=False, **kwargs)
+        return v3_first(
+            opener, store=where, group=group, consolidate_on_close=False, **kwargs
+        )
     except FileNotFoundError as e:
         raise NotAZarrStoreError(
             "not a Zarr store",
