@@ -152,6 +152,8 @@ def test_xarray_reads_through_the_engine_without_listing(served, via):
     assert all(method == "GET" for method, *_ in requests)
     shards = [p for _, p, *_ in requests if "/c/" in p]
     assert len(shards) == 16  # one request a shard: each read whole
+    # opened as Zarr v3 first: no request for Zarr v2's documents
+    assert [p for _, p, *_ in requests if "/c/" not in p] == ["/d.zarr/zarr.json"]
 
 
 def test_writing_to_an_http_url_is_refused(served):
