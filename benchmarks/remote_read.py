@@ -30,8 +30,10 @@ same process, only the second read timed; ``100 points`` 100 seeded random value
 one after another.
 
 READERS, each in a FRESH PROCESS per run (readers in turn, round after round); the clock
-covers opening and reading (not Python's start, the imports, a cluster's start); before
-it, each touches and frees twice its result's size (these virtual machines charge about
+covers opening and reading (not Python's start, a cluster's start, nor the imports:
+dask.array, distributed, xarray's engine lookup and shardwise's modules, which a first
+use would import, are imported before the clock for every reader); before it, each
+touches and frees twice its result's size (these virtual machines charge about
 2 s a GiB for memory first touched; the dask paths hold the chunks and the whole):
 
   tensorstore              zarr3 driver, http kvstore (its defaults: no cache pool)
@@ -420,10 +422,19 @@ def prepare(reader: str) -> Any:
     import zarr
 
     own = {"tensorstore": "tensorstore", "zarr obstore": "obstore", "zarrs": "zarrs"}
-    importlib.import_module("xarray")
+    xr = importlib.import_module("xarray")
     importlib.import_module(
         "shardwise" if reader.startswith("shardwise") else own.get(reader, "zarr")
     )
+    # what a first use would import or look up inside the clock, for every reader alike:
+    # dask.array, distributed (dask looks for a client), xarray's engines (entry points)
+    # and shardwise's modules (imported on first use)
+    for name in ("dask.array", "distributed", "zarr.storage", "zarr.buffer"):
+        importlib.import_module(name)
+    xr.backends.list_engines()
+    if reader.startswith("shardwise"):
+        for name in ("shardwise.io.reader", "shardwise.xarray.backend", "shardwise.graph"):
+            importlib.import_module(name)
     if reader == "zarrs":
         zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
     if reader != CLUSTER:
