@@ -128,9 +128,11 @@ def test_shards_grouped_toward_a_size_shortest_dimension_first():
     # shards of 1 x 100 x 100 float32 (40 kB): along time first, the shortest, while
     # the chunk stays within 400 kB: 8 x 100 x 100 (320 kB); 16 would be 640 kB
     assert _grouped([1, 100, 100], [50, 100, 100], 4, 400_000) == (8, 100, 100)
-    # a cube grows each dimension in turn (the first of equals first)
+    # a cube grows each dimension in turn, the last of equals first (a chunk then
+    # spans whole rows of the array in C order: one block of it)
     assert _grouped([2, 2, 2], [16, 16, 16], 1, 64) == (4, 4, 4)
-    assert _grouped([2, 2, 2], [16, 16, 16], 1, 128) == (8, 4, 4)
+    assert _grouped([2, 2, 2], [16, 16, 16], 1, 128) == (4, 4, 8)
+    assert _grouped([2, 2, 2], [4, 16, 16], 1, 512) == (4, 8, 16)
     # a dimension already one chunk stays; rectilinear sizes are summed in groups
     assert _grouped([10, (3, 4, 5, 6)], [10, 18], 1, 120) == (10, (7, 11))  # 10 x 11
     assert _grouped([10, (3, 4, 5, 6)], [10, 18], 1, 100) == (10, (3, 4, 5, 6))

@@ -79,7 +79,10 @@ def _grouped(
 ) -> tuple[int | tuple[int, ...], ...]:
     """``sizes`` with whole ones taken together toward ``target`` bytes a chunk: the
     factor along the dimension whose chunk is shortest (of those with more than one
-    chunk) doubled while the chunk stays within ``target``."""
+    chunk) doubled while the chunk stays within ``target``; of equally short ones, the
+    last dimension's first, so that a chunk spans whole rows of the array in C order as
+    far as it can (its bytes one block of the whole: putting chunks together copies
+    blocks, not strided rows)."""
     factors = [1] * len(sizes)
 
     def nbytes(fs: list[int]) -> int:
@@ -95,7 +98,7 @@ def _grouped(
         ]
         if not open_dims:
             break
-        d = min(open_dims, key=lambda d: _longest(sizes[d], extents[d], factors[d]))
+        d = min(open_dims, key=lambda d: (_longest(sizes[d], extents[d], factors[d]), -d))
         trial = [k * 2 if i == d else k for i, k in enumerate(factors)]
         if nbytes(trial) > target:
             break
