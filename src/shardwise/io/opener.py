@@ -22,9 +22,9 @@ for. It reads no metadata beyond telling formats apart.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from zarr.abc.store import Store
 
@@ -50,8 +50,6 @@ __all__ = [
     "v3_first",
     "web_store",
 ]
-
-T = TypeVar("T")
 
 V3 = "Zarr v3"
 V2 = "Zarr v2"
@@ -123,7 +121,7 @@ def web_store(target: Any, storage_options: dict[str, Any] | None = None) -> Any
     return ObjectStore(http, read_only=True)
 
 
-def v3_first(opener: Callable[..., T], **kwargs: Any) -> T:
+def v3_first[T](opener: Callable[..., T], **kwargs: Any) -> T:
     """``opener(**kwargs)`` (zarr-python's ``open_array`` or ``open_group``, or xarray's
     ``ZarrStore.open_group``) asked for Zarr v3 first when no ``zarr_format`` is given,
     then for either format if there is no v3 node: zarr-python asks for the documents of

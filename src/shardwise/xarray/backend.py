@@ -198,9 +198,7 @@ def _open_zarr_stores(filename_or_obj: Any, *, group: str | None, many: bool, **
     if kwargs["mode"] == "r":
         where = readable(web_store(where, kwargs.get("storage_options")))
     try:
-        return v3_first(
-            opener, store=where, group=group, consolidate_on_close=False, **kwargs
-        )
+        return v3_first(opener, store=where, group=group, consolidate_on_close=False, **kwargs)
     except FileNotFoundError as e:
         raise NotAZarrStoreError(
             "not a Zarr store",
