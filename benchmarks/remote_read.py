@@ -95,6 +95,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import emulators  # noqa: E402
 from common import DATA_DIR, cpu_and_ram, package_versions  # noqa: E402
 
 REMOTE = DATA_DIR / "remote"
@@ -356,6 +358,36 @@ def stop(proc: subprocess.Popen[str] | None) -> None:
         proc.wait(10)
 
 
+def start_emulator(kind: str, workdir: Path) -> tuple[subprocess.Popen[str], int]:
+    """Store ``kind``'s emulator on a free port of 127.0.0.1 (another port, up to three
+    times, when the one chosen was taken before it bound it), answering within 60 s; its
+    output in ``workdir``."""
+    log = workdir / "emulator.log"
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                emulators.command(kind, port),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                text=True,
+                preexec_fn=die_with_parent,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if emulators.answering(kind, port):
+                    return proc, port
+            time.sleep(0.05)
+        stop(proc)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise SystemExit(f"{emulators.LABELS[kind]} did not start; its output ends:\n{tail}")
+
+
 def control(address: tuple[str, int], command: str = "stats") -> dict[str, int]:
     """The proxy's counters (``reset``: also sets its peak of open connections to now)."""
     with socket.create_connection(address, timeout=10) as s, s.makefile("rwb") as f:
@@ -365,9 +397,12 @@ def control(address: tuple[str, int], command: str = "stats") -> dict[str, int]:
 
 
 # -- one run of one reader, in a child process ---------------------------------------------------
-def open_reader(reader: str, url: str) -> Any:
-    """Open the array at ``url`` (the group) with ``reader``: a function of a selection
-    that returns its values as a NumPy array."""
+def open_reader(reader: str, url: str, store: dict[str, Any] | None = None) -> Any:
+    """Open the array at ``url`` (the group), or on the object store ``store`` says (an
+    :func:`emulators.spec`), with ``reader``: a function of a selection that returns its
+    values as a NumPy array."""
+    if store is not None:
+        return open_on_store(reader, store)
     if reader == "tensorstore":
         import tensorstore as ts
 
@@ -410,8 +445,46 @@ def open_reader(reader: str, url: str) -> Any:
     raise SystemExit(f"unknown reader {reader!r}")
 
 
-def prepare(reader: str) -> Any:
-    """The imports and the scheduler (or cluster) of a reader, before the clock."""
+def open_on_store(reader: str, store: dict[str, Any]) -> Any:
+    """:func:`open_reader` on an object store: tensorstore on its own kvstore, zarr
+    fsspec and zarrs on zarr's FsspecStore (s3fs, gcsfs, adlfs), every other reader on
+    zarr's ObjectStore over obstore; each store made here, in the reader's process."""
+    import zarr
+
+    if reader == "tensorstore":
+        import tensorstore as ts
+
+        kvstore = emulators.tensorstore_kvstore(store, "v/")
+        arr = ts.open({"driver": "zarr3", "kvstore": kvstore}).result()
+        return lambda sel: arr[sel].read().result()
+    if reader in ("zarr fsspec", "zarrs"):
+        arr = zarr.open_array(emulators.fsspec_store(store), path="v", mode="r")
+        return lambda sel: arr[sel]
+    src = emulators.zarr_store(store)
+    if reader == "zarr obstore":
+        arr = zarr.open_array(src, path="v", mode="r")
+        return lambda sel: arr[sel]
+    if reader == "xarray zarr dask":
+        import xarray as xr
+
+        ds = xr.open_zarr(src, chunks={})
+        return lambda sel: ds.v[sel].values
+    return open_reader(reader, src)  # shardwise takes a zarr store where it takes a URL
+
+
+def not_applicable(store: str, reader: str) -> str | None:
+    """Why ``reader`` has no row on ``store`` (shown as "n/a"), or None."""
+    if store == "azure" and reader == "tensorstore":
+        return "tensorstore has no Azure driver"
+    fs = emulators.FSSPEC.get(store)
+    if fs and reader in ("zarr fsspec", "zarrs") and not importable(fs):
+        return f"{fs} is not installed"
+    return None
+
+
+def prepare(reader: str, store: str | None = None) -> Any:
+    """The imports and the scheduler (or cluster) of a reader, before the clock (on an
+    object store, its client library too)."""
     import importlib
     import warnings
 
@@ -424,6 +497,9 @@ def prepare(reader: str) -> Any:
     importlib.import_module(
         "shardwise" if reader.startswith("shardwise") else own.get(reader, "zarr")
     )
+    if store is not None and reader != "tensorstore":
+        fs = reader in ("zarr fsspec", "zarrs")
+        importlib.import_module(emulators.FSSPEC[store] if fs else "obstore")
     if reader == "zarrs":
         zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
     if reader != CLUSTER:
@@ -472,12 +548,15 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     address = (job["control"][0], job["control"][1])
     data = DATA[job["data"]]
     sels, ref = selections(data)[workload], json.loads(data.ref_file.read_text())[workload]
-    client = prepare(reader)
+    store = job.get("store")  # None: HTTP at url
+    if store is not None:
+        emulators.prepare_env(store)  # before the imports (gcsfs reads it)
+    client = prepare(reader, store and store["kind"])
     prefault(2 * max(_out_nbytes(data, sel) for sel in sels))
     pids = [os.getpid(), *job["pids"]]  # the reader (and its cluster), the server, the proxy
     try:
         if workload == "point warm":  # opened, one value read: only the second timed
-            get = open_reader(reader, url)
+            get = open_reader(reader, url, store)
             get(sels[0])
             before = control(address, "reset")
             cpu0 = cpu_now(pids)
@@ -487,7 +566,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
             before = control(address, "reset")
             cpu0 = cpu_now(pids)
             t0 = time.perf_counter()
-            get = open_reader(reader, url)
+            get = open_reader(reader, url, store)
             out = [get(s) for s in sels]
         seconds = time.perf_counter() - t0
         cpu1 = cpu_now(pids)
@@ -572,6 +651,12 @@ def run_one(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def on_store(store: str) -> str:
+    """What the tables' headings add for a store (nothing for HTTP: its headings read as
+    they did before there were other stores)."""
+    return "" if store == "http" else f"; store {emulators.LABELS[store]}"
+
+
 def fmt_range(xs: list[float], f: str) -> str:
     lo, hi = min(xs), max(xs)
     return format(lo, f) if lo == hi else f"{format(lo, f)}-{format(hi, f)}"
@@ -584,15 +669,19 @@ def report(
     rtt: float,
     results: dict[str, list[dict[str, Any]]],
     terms: dict[str, Any],
+    store: str = "http",
 ) -> dict[str, str]:
     """Print one workload's table; return each reader's cell for the summary."""
-    ok = {r: v for r, v in results.items() if v and all("error" not in x for x in v)}
+    na = {r: v[0]["na"] for r, v in results.items() if v and "na" in v[0]}
+    ok = {
+        r: v for r, v in results.items() if v and r not in na and all("error" not in x for x in v)
+    }
     med = {r: statistics.median(x["seconds"] for x in v) for r, v in ok.items()}
     peers = [r for r in PEERS if r in med]
     best = min(peers, key=med.__getitem__) if peers else None
     print(
         f"\n### {workload} ({data.name}; rtt {rtt:g} ms, {args.mbps:g} MB/s per connection"
-        f"{', tail ' + args.tail if args.tail else ''})\n\n"
+        f"{', tail ' + args.tail if args.tail else ''}{on_store(store)})\n\n"
         f"needs {terms['chunks']} inner chunks, {terms['bytes'] / 1e6:.2f} MB stored, in "
         f"{terms['shards']} shards; latency term {terms['trips']} round trips = "
         f"{terms['trips'] * rtt / 1000:.3f} s; decode floor {terms['floor']:.4f} s\n"
@@ -604,6 +693,10 @@ def report(
     print("|---|---|---|---|---|---|---|---|---|")
     cells = {}
     for r, v in results.items():
+        if r in na:
+            print(f"| {r} | n/a: {na[r]} | | | | | | | |")
+            cells[r] = "n/a"
+            continue
         if r not in ok:
             errors = [x["error"] for x in v if "error" in x]
             print(f"| {r} | failed: {errors[0] if errors else 'no run'} | | | | | | | |")
@@ -633,28 +726,42 @@ def report(
     return cells
 
 
-def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str]) -> bool:
-    """Every workload of one data set at one rtt; False when a result was wrong or a
-    shardwise reader failed."""
+def run_data(
+    args: argparse.Namespace, data: Data, rtt: float, readers: list[str], store: str = "http"
+) -> bool:
+    """Every workload of one data set at one rtt on one store; False when a result was
+    wrong or a shardwise reader failed."""
     ensure(data)
     sizes = [f.stat().st_size for f in (data.path / "v" / "c").rglob("*") if f.is_file()]
     stored, n_shards = sum(sizes), len(sizes)
     print(
         f"\n## {data.label()}: {n_shards} shards, {stored / 1e6:.1f} MB stored "
-        f"({stored / n_shards / 1e6:.2f} MB a shard); rtt {rtt:g} ms\n",
+        f"({stored / n_shards / 1e6:.2f} MB a shard); rtt {rtt:g} ms; "
+        f"store {emulators.LABELS[store]}\n",
         flush=True,
     )
     server = proxy = None
     good = True
     summary: dict[str, dict[str, str]] = {}
+    workdir = None if store == "http" else tempfile.TemporaryDirectory(prefix="remote_read-")
     try:
-        server = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(REMOTE)],
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=die_with_parent,
-        )
-        port = int(first_line(server, 60, "the HTTP server"))
+        if workdir is None:
+            server = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(REMOTE)],
+                stdout=subprocess.PIPE,
+                text=True,
+                preexec_fn=die_with_parent,
+            )
+            port = int(first_line(server, 60, "the HTTP server"))
+        else:
+            server, port = start_emulator(store, Path(workdir.name))
+            t0 = time.perf_counter()
+            files, nbytes = emulators.upload(store, port, REMOTE, data.path.name)
+            print(
+                f"uploaded {files} files ({nbytes / 1e6:.1f} MB) to {emulators.LABELS[store]}, "
+                f"bucket {emulators.BUCKET}, in {time.perf_counter() - t0:.1f} s\n",
+                flush=True,
+            )
         cmd = [str(PROXY), "127.0.0.1:0", f"127.0.0.1:{port}", "--rtt-ms", str(rtt)]
         cmd += ["--mbps", str(args.mbps), "--seed", str(SEED)]
         cmd += ["--tail", args.tail] if args.tail else []
@@ -666,6 +773,8 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
         url = f"http://127.0.0.1:{m.group(1)}/{data.path.name}"
         address = ["127.0.0.1", int(m.group(2))]
         job = {"url": url, "control": address, "pids": [server.pid, proxy.pid], "data": data.name}
+        if store != "http":  # the readers build their store from it, on the proxy
+            job["store"] = emulators.spec(store, int(m.group(1)), data.path.name)
         for workload in args.workloads:
             chunks, shards = stored_chunks(data, workload)
             trips = {"point warm": 1, "100 points": 1 + shards}.get(workload, 2)
@@ -677,11 +786,14 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                 "floor": decode_floor(data, chunks),
             }
             results: dict[str, list[dict[str, Any]]] = {r: [] for r in readers}
+            for r in readers:
+                if reason := not_applicable(store, r):
+                    results[r].append({"na": reason})
             for rnd in range(1, args.runs + 1):
                 shown = []
                 for r in readers:
-                    if results[r] and "error" in results[r][-1]:
-                        continue  # failed once: not tried again
+                    if results[r] and "seconds" not in results[r][-1]:
+                        continue  # failed once (or n/a): not tried again
                     res = run_one(args, {**job, "reader": r, "workload": workload})
                     results[r].append(res)
                     if "error" in res:
@@ -691,13 +803,15 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                         good = good and res["ok"]
                         shown.append(f"{r} {res['seconds']:.3f}s/{res['requests']}")
                 print(f"  {workload}, round {rnd}: " + ", ".join(shown), flush=True)
-            cells = report(args, data, workload, rtt, results, terms)
+            cells = report(args, data, workload, rtt, results, terms, store)
             for r, cell in cells.items():
                 summary.setdefault(r, {})[workload] = cell
     finally:
         stop(proxy)
         stop(server)
-    print(f"\n### summary ({data.name}, rtt {rtt:g} ms): median s (requests)\n")
+        if workdir is not None:
+            workdir.cleanup()
+    print(f"\n### summary ({data.name}, rtt {rtt:g} ms{on_store(store)}): median s (requests)\n")
     print("| reader | " + " | ".join(args.workloads) + " |")
     print("|---|" + "---|" * len(args.workloads))
     for r in readers:
@@ -716,6 +830,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--readers", default="", help="comma-separated (default: all)")
     ap.add_argument("--workloads", default="", help="comma-separated (default: all)")
+    ap.add_argument("--store", default="http", help="http, s3, gcs, azure (comma-separated)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny array, 1 run")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -737,12 +852,21 @@ def main(argv: list[str] | None = None) -> None:
         unknown = set(readers if name == "reader" else args.workloads) - set(known)
         if unknown:
             raise SystemExit(f"unknown {name}(s) {sorted(unknown)}; known: {', '.join(known)}")
+    stores = [s.strip() for s in args.store.split(",")]
+    for store in stores:
+        if store not in emulators.STORES:
+            raise SystemExit(f"unknown --store {store!r}; known: {', '.join(emulators.STORES)}")
+        if reason := emulators.missing(store):
+            raise SystemExit(f"--store {store}: {reason}")
     # SIGTERM ends the script as Ctrl-C does: through the finally blocks that stop the
     # server and the proxy
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     build_proxy()
     cpu, _ = cpu_and_ram()
     versions = package_versions(*VERSIONS)
+    for store in stores:  # (none for http: its lines read as before)
+        versions.update(package_versions(*emulators.PACKAGES.get(store, ())))
+        versions.update(emulators.versions(store))
     command = shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"command: python benchmarks/remote_read.py {command}".rstrip())
     print(f"date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
@@ -754,7 +878,8 @@ def main(argv: list[str] | None = None) -> None:
         if name.strip() not in DATA:
             raise SystemExit(f"unknown --data {name!r}; known: {', '.join(DATA)}")
         for rtt in (float(r) for r in args.rtt_ms.split(",")):
-            good = run_data(args, DATA[name.strip()], rtt, readers) and good
+            for store in stores:  # side by side: each store at the same data and rtt
+                good = run_data(args, DATA[name.strip()], rtt, readers, store) and good
     if not good:
         raise SystemExit("a wrong result, or a shardwise reader failed (see the tables)")
 
