@@ -702,8 +702,8 @@ def run_one(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def on_store(store: str) -> str:
-    """What the tables' headings add for a store (nothing for HTTP: its headings read as
-    they did before there were other stores)."""
+    """What the tables' headings add for a store: nothing for http, the default (so that
+    its results and the recorded ones compare line by line)."""
     return "" if store == "http" else f"; store {emulators.LABELS[store]}"
 
 
@@ -795,7 +795,7 @@ def run_data(
     summary: dict[str, dict[str, str]] = {}
     workdir = None if store == "http" else tempfile.TemporaryDirectory(prefix="remote_read-")
     try:
-        if workdir is None:
+        if store == "http":
             server = subprocess.Popen(
                 [sys.executable, "-c", SERVER, str(REMOTE)],
                 stdout=subprocess.PIPE,
@@ -804,6 +804,7 @@ def run_data(
             )
             port = int(first_line(server, 60, "the HTTP server"))
         else:
+            assert workdir is not None
             server, port = start_emulator(store, Path(workdir.name))
             t0 = time.perf_counter()
             files, nbytes = emulators.upload(store, port, REMOTE, data.path.name)
