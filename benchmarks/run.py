@@ -145,6 +145,7 @@ BENCHMARKS = (
             ("large", ("--data", "large", "--runs", "1")),
             ("slow", ("--rtt-ms", "100", "--runs", "1")),
             ("tail", ("--tail", "0.02:1000", "--workloads", "100 points", "--runs", "1")),
+            ("stores", ("--store", "s3,gcs,azure", "--runs", "1")),
         ),
     ),
     Benchmark(
