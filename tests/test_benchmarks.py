@@ -28,7 +28,7 @@ NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 # print: each leaves this set when it is measured again through run.py and its section
 # names the result (``Recorded: `benchmarks/results/<name>.txt```, or
 # ``<name>-<variant>.txt`` for a variant).
-NOT_YET_RECORDED: set[str] = {"remote_read-stores"}
+NOT_YET_RECORDED: set[str] = set()
 
 
 RUNNER = module_at(BENCH / "run.py", "benchmarks_run")
