@@ -77,14 +77,15 @@ def test_a_slow_request_is_hedged_and_the_first_answer_taken():
 
 
 def test_before_requests_are_timed_the_links_guess_decides_and_off_is_off():
-    # five times the guessed round trip (0.02 s) and transfer: 0.1 s for 100 bytes
-    server = Server(delays={1: 0.05, 3: 30.0})
+    # five times the guessed round trip (0.02 s) and transfer, 0.1 s for 100 bytes, but
+    # at least 0.25 s while the link is a guess (a round trip of 100 ms is no reason)
+    server = Server(delays={1: 0.15, 3: 30.0})
 
     async def main() -> None:
         for _ in range(5):
             await send("network", server, 100, _size)
 
-    _run(main())  # the 2nd (0.05 s) is not hedged, the 4th (30 s) is
+    _run(main())  # the 2nd (0.15 s) is not hedged, the 4th (30 s) is
     assert stats().hedged == 1 and stats().hedges_won == 1 and server.calls == 6
     requests.reset()
     server = Server(delays={1: 0.3, 20: 0.3})

@@ -53,6 +53,10 @@ _LARGE = 1 << 20
 """Requests of at least this size time the bandwidth."""
 _MIN_SAMPLES = 8
 """Timed requests of a size class before it is hedged (its percentiles mean something)."""
+_UNMEASURED = 0.25
+"""The least a request waits before it is hedged while no request has timed the link:
+the settings' guess of the round trip may be several times off (20 ms guessed, 100 ms
+found), and hedging every request of a slow link is what the budget is not for."""
 
 
 @dataclass(slots=True)
@@ -120,11 +124,13 @@ class _Pool:
     def hedge_after(self, nbytes: int | None, guess: Link) -> float:
         """How long a request of ``nbytes`` waits before it is hedged: past the 95th
         percentile of its recent like and twice their median; until enough like it
-        have been timed, five times what the link says it takes."""
+        have been timed, five times what the link says it takes (at least
+        :data:`_UNMEASURED` while the link is the settings' guess)."""
         times = self.times.get(_size_class(nbytes))
         if times is None or len(times) < _MIN_SAMPLES:
             known = self.link(guess)
-            return 5 * (known.latency + (nbytes or 0) / known.bandwidth)
+            wait = 5 * (known.latency + (nbytes or 0) / known.bandwidth)
+            return wait if known.measured else max(wait, _UNMEASURED)
         ordered = sorted(times)
         p50 = ordered[len(ordered) // 2]
         p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
