@@ -344,6 +344,10 @@ class ObstoreConditional(Conditional):
             return Got(None, ABSENT, None)
         except PreconditionError:
             raise Stale(key) from None
+        except Exception as e:
+            if _precondition_failed(e):
+                raise Stale(key) from None
+            raise
         meta = result.meta
         data = await result.bytes_async()
         found = _obstore_version(meta.get("e_tag"), meta.get("version"))
@@ -362,6 +366,12 @@ class ObstoreConditional(Conditional):
 
         with contextlib.suppress(NotFoundError, FileNotFoundError):
             _compat.sync(delete())
+
+
+def _precondition_failed(error: BaseException) -> bool:
+    """Whether obstore reported a 412 as a generic error: its HTTP store (``HTTPStore``)
+    does in obstore 0.6, where later releases raise ``PreconditionError``."""
+    return type(error).__name__ == "GenericError" and "412 Precondition Failed" in str(error)
 
 
 def _obstore_version(e_tag: str | None, version: str | None) -> Version | None:

@@ -59,7 +59,7 @@ from shardwise.io.fetch import Fetched, ShardFetcher
 from shardwise.io.opener import v3_first, web_store
 from shardwise.io.shard_index import naming
 from shardwise.io.stores import ReadOptions, metadata_error, store_token
-from shardwise.io.threads import read_pool, read_threads
+from shardwise.io.threads import decode_threads, read_pool, read_threads
 
 __all__ = ["ArrayReader"]
 
@@ -169,17 +169,10 @@ class ArrayReader:
             found = None if fmt is not None else DraftStore.after(error, store, storage_options)
             return None if found is None else cls(found.store, found.info(path), options)
 
-        store = web_store(store, storage_options)
+        where = {"store": web_store(store, storage_options), "path": path, "mode": "r"}
         try:
             with rectilinear_grids():  # zarr-python reads rectilinear grids only with its flag on
-                arr = v3_first(
-                    zarr.open_array,
-                    store=store,
-                    path=path,
-                    mode="r",
-                    storage_options=storage_options,
-                    **kwargs,
-                )
+                arr = v3_first(zarr.open_array, **where, storage_options=storage_options, **kwargs)
             info = _info_of(arr)
         except ShardwiseError:
             raise
@@ -392,14 +385,15 @@ class ArrayReader:
         # the indexes a fan-out graph's task supplied, taken in the task's thread (its
         # requests go out on zarr-python's event loop, and the shards' reads may run
         # on the read pool's threads)
-        supplied = SUPPLIED.current()
-        threads = min(read_threads(self.options.threads), len(plan.shards))
+        supplied, n = SUPPLIED.current(), len(plan.shards)
         if self._local_root is not None:
-            self._execute_local(plan, out, threads, supplied)
-        elif len(plan.shards) == 1:
+            self._execute_local(plan, out, min(read_threads(self.options.threads), n), supplied)
+        elif n == 1:
             self._place(plan, _compat.sync(self._fetch_all(plan, supplied)), out)
         else:
-            self._execute_streamed(plan, out, threads, supplied)
+            self._execute_streamed(
+                plan, out, min(decode_threads(self.options.threads), n), supplied
+            )
 
     def _execute_local(
         self,
@@ -435,8 +429,9 @@ class ArrayReader:
     ) -> None:
         """The shards of a plan fetched together on zarr's event loop (up to the
         process's bound on requests, :mod:`shardwise.io.requests`), each decoded as
-        soon as it has come, on this thread or on ``threads`` of the read pool, so
-        that the network and the codecs work at once. At most
+        soon as it has come, on this thread or on ``threads`` of the process's read
+        pool (a dask task's too: its thread waits), so that the network and the codecs
+        work at once. At most
         ``shardwise.read-ahead-bytes`` of stored bytes (as estimated before they come)
         are fetched and not yet decoded."""
         n = len(plan.shards)

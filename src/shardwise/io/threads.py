@@ -1,4 +1,5 @@
-"""The threads a read outside dask decodes on: how many a read takes, and the process's
+"""The threads a read decodes on: how many a read takes (:func:`read_threads` for local
+files, :func:`decode_threads` for shards streamed from a network), and the process's
 pool of them (made on first use and kept, so that its threads keep their scratch
 buffers from read to read; forgotten in a child made by ``fork``)."""
 
@@ -9,7 +10,7 @@ import multiprocessing
 import os
 import threading
 
-__all__ = ["read_pool", "read_threads"]
+__all__ = ["decode_threads", "read_pool", "read_threads"]
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
@@ -28,6 +29,26 @@ def read_threads(option: int | None) -> int:
         return 1
     if multiprocessing.parent_process() is not None:
         return 1
+    return _cores()
+
+
+def decode_threads(option: int | None) -> int:
+    """How many threads decode the shards of a read that streams them from a network
+    (``ReadOptions.threads``): ``option`` when given; else every core this process may
+    use, but in a child process (a worker of a cluster, dask's process pool: one per
+    core or so, each with its own share). Unlike :func:`read_threads`, dask's threads
+    get the read pool too: a task's shards come all at once, and a read of one task
+    (a window inside one dask chunk) should decode on every core; the task's thread
+    waits, and the pool is the process's, so the reads of several tasks share its
+    threads rather than add their own."""
+    if option is not None:
+        return option
+    if multiprocessing.parent_process() is not None:
+        return 1
+    return _cores()
+
+
+def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
