@@ -108,6 +108,10 @@ THE BOUND of a row, a lower bound: the largest of
     thread pool on every core (the fastest of 3, measured here).
 Each is reachable alone, not all together; the slow tail is in none. "x <peer>" compares
 with the fastest peer (tensorstore, zarr-python, zarrs, xarray + zarr) in the workload.
+Over HTTP a workload's heading also gives its FETCH FLOOR, not a term of the bound: each
+shard's span of needed bytes fetched through the proxy at once, one GET a shard, nothing
+decoded (obstore's HTTPStore, in the driver, the fastest of 3): what the server, the
+proxy and the machine's cores allow, which the terms above do not know.
 
 THE TABLES, one per workload and a summary: median seconds (min-max) over ``--runs``; the
 requests of each run (a range where runs differ); connections opened in the run (peak
@@ -278,9 +282,10 @@ def ensure(data: Data) -> None:
     data.ref_file.write_text(json.dumps(ref))  # last: a store without it is written again
 
 
-def stored_chunks(data: Data, workload: str) -> tuple[list[bytes], int]:
+def stored_chunks(data: Data, workload: str) -> tuple[list[bytes], int, list[tuple[str, int, int]]]:
     """The compressed inner chunks a workload needs (read from the shard files and their
-    indexes) and the number of distinct shards it touches."""
+    indexes), the number of distinct shards it touches, and per shard the span of its
+    bytes they lie in: (key below the array, start, end)."""
     meta = json.loads((data.path / "v" / "zarr.json").read_text())
     sharding = meta["codecs"][0]
     assert sharding["name"] == "sharding_indexed"
@@ -305,15 +310,44 @@ def stored_chunks(data: Data, workload: str) -> tuple[list[bytes], int]:
     for chunk in wanted:
         by_shard.setdefault(tuple(np.floor_divide(chunk, per).tolist()), []).append(chunk)
     out = []
+    spans = []
     n = math.prod(per)
     for shard, chunks in by_shard.items():
-        raw = (data.path / "v" / "c" / "/".join(map(str, shard))).read_bytes()
+        key = "c/" + "/".join(map(str, shard))
+        raw = (data.path / "v" / key).read_bytes()
         table = np.frombuffer(raw[-(16 * n + 4) : -4], dtype="<u8").reshape((*per, 2))
+        lo, hi = len(raw), 0
         for chunk in chunks:
             o, size = table[tuple(np.mod(chunk, per).tolist())].tolist()
             if o != 2**64 - 1:
                 out.append(raw[o : o + size])
-    return out, len(by_shard)
+                lo, hi = min(lo, o), max(hi, o + size)
+        if hi > lo:
+            spans.append((key, lo, hi))
+    return out, len(by_shard), spans
+
+
+def fetch_floor(url: str, spans: list[tuple[str, int, int]]) -> float | None:
+    """Seconds to fetch ``spans`` (each shard's span of needed bytes) through the proxy
+    all at once, one GET each, nothing decoded (obstore's HTTPStore), the fastest of 3:
+    what the server, the proxy and this machine allow, which the bound's terms do not
+    know. None where obstore is not installed."""
+    if not importable("obstore") or not spans:
+        return None
+    import asyncio
+
+    import obstore
+    from obstore.store import HTTPStore
+
+    http = HTTPStore.from_url(f"{url}/v", client_options={"allow_http": True})
+
+    async def once() -> float:
+        t0 = time.perf_counter()
+        gets = [obstore.get_range_async(http, k, start=a, end=b) for k, a, b in spans]
+        await asyncio.gather(*gets)
+        return time.perf_counter() - t0
+
+    return min(asyncio.run(once()) for _ in range(3))
 
 
 def decode_floor(data: Data, chunks: list[bytes]) -> float:
@@ -747,7 +781,13 @@ def report(
         f"{', tail ' + args.tail if args.tail else ''}{on_store(store)})\n\n"
         f"needs {terms['chunks']} inner chunks, {terms['bytes'] / 1e6:.2f} MB stored, in "
         f"{terms['shards']} shards; latency term {terms['trips']} round trips = "
-        f"{terms['trips'] * rtt / 1000:.3f} s; decode floor {terms['floor']:.4f} s\n"
+        f"{terms['trips'] * rtt / 1000:.3f} s; decode floor {terms['floor']:.4f} s"
+        + (
+            ""
+            if terms.get("fetch") is None
+            else f"; fetch floor {terms['fetch']:.3f} s (each shard's needed span, at once)"
+        )
+        + "\n"
     )
     print(
         f"| reader | median s (min-max) | requests | connections (peak open) | MB moved "
@@ -840,7 +880,7 @@ def run_data(
         if store != "http":  # the readers build their store from it, on the proxy
             job["store"] = emulators.spec(store, int(m.group(1)), data.path.name)
         for workload in args.workloads:
-            chunks, shards = stored_chunks(data, workload)
+            chunks, shards, spans = stored_chunks(data, workload)
             trips = {"point warm": 1, "100 points": 1 + shards}.get(workload, 2)
             terms = {
                 "chunks": len(chunks),
@@ -848,6 +888,7 @@ def run_data(
                 "shards": shards,
                 "trips": trips,
                 "floor": decode_floor(data, chunks),
+                "fetch": fetch_floor(url, spans) if store == "http" else None,
             }
             results: dict[str, list[dict[str, Any]]] = {r: [] for r in readers}
             for r in readers:

@@ -7,6 +7,7 @@ installed) and fsspec's HTTP file system (what it opens with ``storage_options``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,18 +43,29 @@ class StaticServer:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.url = ""
-        self.delay = 0.0  # seconds each request for a shard waits before it is answered
+        # a request for a shard is answered once this many requests are in flight at
+        # once (or after 10 s): what a client sends together is then seen together,
+        # however late a busy machine lets one of them start
+        self.gather = 0
+        self.gathered = lambda request: "/c/" in request.path  # which requests wait so
         self.in_flight = 0
         self.most_in_flight = 0
 
     async def _start(self) -> None:
+        self.arrived = asyncio.Condition()
+
         @web.middleware
         async def track(request: web.Request, handler: object) -> web.StreamResponse:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
             try:
-                if self.delay and "/c/" in request.path:
-                    await asyncio.sleep(self.delay)
+                if self.gather and self.gathered(request):
+                    async with self.arrived:
+                        self.arrived.notify_all()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(
+                                self.arrived.wait_for(lambda: self.in_flight >= self.gather), 10
+                            )
                 return await handler(request)  # type: ignore[operator,no-any-return]
             finally:
                 self.in_flight -= 1
@@ -190,7 +202,7 @@ def test_a_task_has_all_its_shards_requests_in_flight_at_once(served, via):
     shards are fetched together: on dask's synchronous scheduler (one task at a time),
     the 16 shards' requests are all in flight at once, not one after another."""
     server, _, values = served
-    server.delay = 0.2
+    server.gather = 16
     ds = xr.open_dataset(
         f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True, **via
     )
@@ -204,7 +216,7 @@ def test_a_task_has_all_its_shards_requests_in_flight_at_once(served, via):
     assert server.most_in_flight == 16
     # the same with the process's bound on requests in flight set lower
     shardwise.cache.clear_index_cache()
-    server.most_in_flight = 0
+    server.most_in_flight, server.gather = 0, 4
     with dask.config.set({"scheduler": "synchronous", "shardwise.concurrency": {"network": 4}}):
         again = xr.open_dataset(
             f"{server.url}/d.zarr", engine="shardwise", chunks={}, consolidated=True, **via
@@ -224,11 +236,11 @@ def test_a_large_shard_is_read_as_its_index_then_parts_at_once(served, via):
     network as its index, then its inner chunks in ranges of at most a part, all in
     flight together, each against the index's version."""
     server, _, values = served
-    server.delay = 0.2
     options = shardwise.ReadOptions(coalesce_max=256)  # a part: about two inner chunks
     reader = shardwise.ArrayReader.open(f"{server.url}/d.zarr", "v", options=options, **via)
     mark = len(server.requests)
-    server.most_in_flight = 0
+    server.most_in_flight, server.gather = 0, 16  # the parts (the index is read first)
+    server.gathered = lambda request: "If-Match" in request.headers
     np.testing.assert_array_equal(reader[0:32, 0:32], values[0:32, 0:32])  # shard (0, 0)
     got = server.since(mark)
     assert all(r[1] == "/d.zarr/v/c/0/0" and r[3] == 206 for r in got), got
