@@ -23,13 +23,9 @@ def read_threads(option: int | None) -> int:
     that is not a child (a script, a notebook: no dask task runs there but under dask's
     synchronous scheduler, which runs one at a time), one elsewhere (dask's and
     distributed's worker threads, dask's process pool: their parallelism is dask's)."""
-    if option is not None:
-        return option
-    if threading.current_thread() is not threading.main_thread():
+    if option is None and threading.current_thread() is not threading.main_thread():
         return 1
-    if multiprocessing.parent_process() is not None:
-        return 1
-    return _cores()
+    return decode_threads(option)
 
 
 def decode_threads(option: int | None) -> int:
@@ -45,10 +41,6 @@ def decode_threads(option: int | None) -> int:
         return option
     if multiprocessing.parent_process() is not None:
         return 1
-    return _cores()
-
-
-def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
