@@ -74,9 +74,10 @@ one after another.
 READERS, each in a FRESH PROCESS per run (readers in turn, round after round); the clock
 covers opening and reading (not Python's start, a cluster's start, nor the imports:
 dask.array, distributed, xarray's engine lookup and shardwise's modules, which a first
-use would import, are imported before the clock for every reader); before it, each
-touches and frees twice its result's size (these virtual machines charge about
-2 s a GiB for memory first touched; the dask paths hold the chunks and the whole):
+use would import, are imported before the clock for every reader, in a cluster's workers
+too); before it, each (and each worker) touches and frees twice its result's size (these
+virtual machines charge about 2 s a GiB for memory first touched; the dask paths hold
+the chunks and the whole):
 
   tensorstore              zarr3 driver, http kvstore (its defaults: no cache pool)
   zarr obstore             zarr.open_array(ObjectStore(HTTPStore.from_url(url,
@@ -605,7 +606,20 @@ def prepare(reader: str, store: str | None = None) -> Any:
     from distributed import Client, LocalCluster
 
     lc = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    return Client(lc)
+    client = Client(lc)
+    # the workers read: their imports are made before the clock as the reader's are
+    names = ["dask.array", "zarr.storage", "zarr.buffer", "xarray", "shardwise.io.reader"]
+    names += ["shardwise.xarray.backend", "shardwise.graph"]
+    names += ["obstore.store"] if importable("obstore") else []
+    client.run(_import_all, names)
+    return client
+
+
+def _import_all(names: list[str]) -> None:
+    import importlib
+
+    for name in names:
+        importlib.import_module(name)
 
 
 def cpu_now(pids: list[int]) -> tuple[float, float]:
@@ -649,7 +663,10 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     if store is not None:
         emulators.prepare_env(store)  # before the imports (gcsfs reads it)
     client = prepare(reader, store and store["kind"])
-    prefault(2 * max(_out_nbytes(data, sel) for sel in sels))
+    most = 2 * max(_out_nbytes(data, sel) for sel in sels)
+    prefault(most)
+    if client is not None:  # (the workers hold the chunks)
+        client.run(prefault, most)
     pids = [os.getpid(), *job["pids"]]  # the reader (and its cluster), the server, the proxy
     try:
         if workload == "point warm":  # opened, one value read: only the second timed
