@@ -55,7 +55,7 @@ On one dask array of the same values written with ``shardwise.to_zarr(x, url, pa
     baseline opens the array with ``zarr.open_array(mode="r+")``, resizes it and writes
     the rows with ``dask.array.store(..., regions=...)``;
 ``read-array``
-    ``shardwise.from_zarr(url, component="v").compute()`` against
+    ``shardwise.array.from_zarr(url, component="v").compute()`` against
     ``dask.array.from_zarr(url, component="v").compute()``;
 ``read-reader``
     ``shardwise.ArrayReader.open(url, "v")[...]`` against ``zarr.open_array(url,
@@ -228,7 +228,7 @@ def run(operation: str, impl: str, target: Any, so: dict[str, Any] | None) -> np
             return np.asarray(ds.v.load().values)
     elif operation == "read-array":
         if ours:
-            return np.asarray(shardwise.from_zarr(target, component="v", **where).compute())
+            return np.asarray(shardwise.array.from_zarr(target, component="v", **where).compute())
         return np.asarray(da.from_zarr(target, component="v", **where).compute())
     elif operation == "read-reader":
         if ours:

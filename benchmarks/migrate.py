@@ -1,4 +1,4 @@
-"""Migrating a store of the 2022 sharding draft: shardwise.migrate against decoding it
+"""Migrating a store of the 2022 sharding draft: shardwise.tools.migrate.migrate against decoding it
 and rewriting it, and against a plain copy of its files.
 
 A float32 variable ``v`` (time, y, x) of 256 x 1024 x 1024 (1 GiB raw) stored as the
@@ -10,7 +10,7 @@ source is written once under ``benchmarks/data/`` by a writer of the draft's bin
 format in this file (shardwise has no draft writer), then, on a ``distributed.
 LocalCluster`` of 2 single-threaded worker processes, three ways to a Zarr v3 store:
 
-  shardwise.migrate        shardwise.migrate(src, dst): the compressed inner chunks
+  shardwise.tools.migrate.migrate        shardwise.tools.migrate.migrate(src, dst): the compressed inner chunks
                            copied as bytes into sharding_indexed shards, one task per
                            shard
   decode and rewrite       shardwise.to_zarr(xr.open_dataset(src, engine="shardwise",
@@ -53,7 +53,7 @@ SHAPE = (256, 1024, 1024)
 INNER = (1, 512, 512)
 PER_SHARD = (16, 2, 2)
 SHARD = tuple(c * n for c, n in zip(INNER, PER_SHARD, strict=True))
-METHODS = ("shardwise.migrate", "decode and rewrite", "file copy (floor)")
+METHODS = ("shardwise.tools.migrate.migrate", "decode and rewrite", "file copy (floor)")
 TARGET = 5.0  # migrate's speed-up over decode and rewrite
 DRAFT = "https://purl.org/zarr/spec/protocol/core/3.0"
 EMPTY = 2**64 - 1
@@ -166,8 +166,8 @@ def run_method(method: str, src: Path, dst: Path, name: str) -> None:
 
     import shardwise
 
-    if method == "shardwise.migrate":
-        shardwise.migrate(src, dst)
+    if method == "shardwise.tools.migrate.migrate":
+        shardwise.tools.migrate.migrate(src, dst)
     elif method == "decode and rewrite":
         ds = xr.open_dataset(src, engine="shardwise", chunks={})
         enc = {"v": {"chunks": INNER, "shards": SHARD, "compressors": v3_compressor(name)}}

@@ -33,9 +33,9 @@ start, imports and a cluster's start are not), rounds interleaved across methods
     shardwise              shardwise.ArrayReader.open(path, "v")[...] (every core)
     shardwise 1 thread     the same with ReadOptions(threads=1)
     shardwise xarray       xr.open_dataset(path, engine="shardwise").v.values (no chunks)
-    shardwise dask         shardwise.from_zarr(path, "v").compute() (dask's threads)
+    shardwise dask         shardwise.array.from_zarr(path, "v").compute() (dask's threads)
     shardwise xarray dask  xr.open_dataset(..., engine="shardwise", chunks={}).v.values
-    shardwise cluster      shardwise.from_zarr(path, "v").persist() on a LocalCluster of
+    shardwise cluster      shardwise.array.from_zarr(path, "v").persist() on a LocalCluster of
                            2 worker processes x 1 thread: read into the workers' memory
                            (not sent to the client)
     zarr-python            zarr.open_array(path, path="v")[...]
@@ -46,7 +46,7 @@ start, imports and a cluster's start are not), rounds interleaved across methods
   roundtrip
     floor                  every chunk decoded and re-encoded (ZSTD_compress2 into a
                            reused buffer per thread, the store's level), every core
-    shardwise dask         shardwise.to_zarr(shardwise.from_zarr(src, "v"), dst, same
+    shardwise dask         shardwise.to_zarr(shardwise.array.from_zarr(src, "v"), dst, same
                            shards, chunks and compressor) on dask's threads
     shardwise dask via values
                            the same with an identity map_blocks between read and write:
@@ -402,13 +402,13 @@ def read_once(method: str, data: Data) -> Any:
     if method == "shardwise dask":
         import shardwise
 
-        return shardwise.from_zarr(path, "v").compute()
+        return shardwise.array.from_zarr(path, "v").compute()
     if method == "shardwise cluster":
         from distributed import wait
 
         import shardwise
 
-        x = shardwise.from_zarr(path, "v").persist()
+        x = shardwise.array.from_zarr(path, "v").persist()
         wait(x)
         return x
     if method in ("zarr-python", "zarrs", "zarrs defaults"):
@@ -432,7 +432,7 @@ def roundtrip_once(method: str, data: Data, dst: Path) -> None:
 
         import shardwise
 
-        x = shardwise.from_zarr(src, "v")
+        x = shardwise.array.from_zarr(src, "v")
         if method == "shardwise dask via values":  # a computation: a block of values per task
             x = x.map_blocks(np.asarray, dtype=x.dtype)
         shardwise.to_zarr(

@@ -90,7 +90,7 @@ the chunks and the whole):
                            (values gathered to the client)
   shardwise xarray         xr.open_dataset(url, engine="shardwise") (no dask)
   shardwise open_dataset   shardwise.open_dataset(url), then .compute()
-  shardwise from_zarr      shardwise.from_zarr(url, "v"), then .compute()
+  shardwise from_zarr      shardwise.array.from_zarr(url, "v"), then .compute()
   shardwise ArrayReader    shardwise.ArrayReader.open(url, "v")[...]
 
 (on an object store, each reader's store instead of ``url``: see THE STORE).
@@ -524,7 +524,7 @@ def open_reader(reader: str, url: str, store: dict[str, Any] | None = None) -> A
         ds = shardwise.open_dataset(url)
         return lambda sel: ds.v[sel].compute().values
     if reader == "shardwise from_zarr":
-        x = shardwise.from_zarr(url, "v")
+        x = shardwise.array.from_zarr(url, "v")
         return lambda sel: x[sel].compute()
     if reader == "shardwise ArrayReader":
         r = shardwise.ArrayReader.open(url, "v")

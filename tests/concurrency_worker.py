@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
             for i in mine:
                 part = range(i * rows, (i + 1) * rows)
                 x = da.from_array(value(rnd, part, ncols), chunks=rows)
-                shardwise.to_zarr(
+                shardwise.array.to_zarr(
                     x,
                     store,
                     path="v",
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> None:
             block = np.zeros((rows, ncols), dtype="f8")
             block[:, 0] = proc * 1000 + rnd
             block[:, 1] = np.arange(rows)
-            shardwise.to_zarr(
+            shardwise.array.to_zarr(
                 da.from_array(block, chunks=rows),
                 store,
                 path="v",

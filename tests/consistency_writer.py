@@ -114,7 +114,7 @@ def make_array(
             if (i // chunks[0] + j // chunks[1]) % 2:
                 data[i : i + chunks[0], j : j + chunks[1]] = FILL
     with dask.config.set(scheduler="synchronous"):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.from_array(data, chunks=shards),
             store,
             path=path,
@@ -143,7 +143,7 @@ def write(
     import shardwise
 
     block = values(rows, cols, noise, ncols)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(block, chunks=block.shape),
         store,
         path=path,

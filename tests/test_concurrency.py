@@ -29,8 +29,7 @@ import zarr
 
 import shardwise
 from bounded import run_threads
-from shardwise import ConflictError, WriteError
-from shardwise.errors import UnprotectedWriteWarning
+from shardwise.errors import ConflictError, UnprotectedWriteWarning, WriteError
 
 WORKER = Path(__file__).with_name("concurrency_worker.py")
 SHAPE = (400, 30)  # 40 regions of 10 rows; shards of 100 rows, inner chunks of 20
@@ -75,7 +74,7 @@ def expected_regions(rounds: int) -> np.ndarray:
 def new_array(store, rows=SHAPE[0], **kw):
     """The array ``v`` the jobs write into: ``rows`` rows of zeros (0: an empty array to
     append to) in shards of 100 rows, inner chunks of 20."""
-    return shardwise.to_zarr(
+    return shardwise.array.to_zarr(
         da.zeros((rows, SHAPE[1]), chunks=(max(1, min(rows, 100)), SHAPE[1])),
         store,
         path="v",
@@ -171,7 +170,7 @@ def test_appends_racing_into_a_rectilinear_grid_all_land(tmp_path):
     its rows as a shard of their own, and grows the grid in zarr.json with the shape;
     racing appends must each add their shard once, in one piece."""
     store = str(tmp_path / "r.zarr")
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.zeros((21, SHAPE[1]), chunks=((7, 14), (SHAPE[1],))),
         store,
         path="v",
@@ -259,7 +258,7 @@ def test_one_writer_writes_the_same_bytes_either_way(tmp_path):
         new_array(store)
         for i in range(0, SHAPE[0], 30):  # regions that cut shards and inner chunks
             part = np.full((min(30, SHAPE[0] - i), SHAPE[1]), float(i))
-            shardwise.to_zarr(
+            shardwise.array.to_zarr(
                 da.from_array(part, chunks=10),
                 store,
                 path="v",
@@ -280,7 +279,7 @@ def test_a_shard_that_keeps_changing_raises_a_conflict_naming_it(tmp_path, monke
         conditional.LocalConditional, "put", lambda self, key, data, expected: expected is None
     )
     with dask.config.set({"shardwise.write-retries": 3}), pytest.raises(ConflictError) as info:
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
         )
     assert info.value.key == "v/c/0/0" and "3 tries" in str(info.value)
@@ -303,7 +302,7 @@ def test_an_append_that_keeps_losing_raises_a_conflict(tmp_path, monkeypatch):
         ),
     )
     with dask.config.set({"shardwise.write-retries": 2}), pytest.raises(ConflictError) as info:
-        shardwise.to_zarr(da.ones((5, SHAPE[1]), chunks=5), store, path="v", append_dim=0)
+        shardwise.array.to_zarr(da.ones((5, SHAPE[1]), chunks=5), store, path="v", append_dim=0)
     assert info.value.key == "v/zarr.json"
     assert {q: q.read_bytes() for q in store.rglob("*") if q.is_file()} == before
 
@@ -314,21 +313,25 @@ def test_stores_without_conditional_puts_refuse_merging_writes_when_asked(tmp_pa
     new_array(store)
     x = da.ones((10, SHAPE[1]), chunks=10)
     with pytest.raises(WriteError, match="independent_writers=False") as info:
-        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
+        shardwise.array.to_zarr(
+            x, store, path="v", region=(slice(0, 10),), independent_writers=True
+        )
     assert "Nothing was written" in str(info.value)
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 0)
     # whole shards need no condition; nor does a job that says it is the only writer
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.ones((100, SHAPE[1]), chunks=100),
         store,
         path="v",
         region=(slice(0, 100),),
         independent_writers=True,
     )
-    shardwise.to_zarr(x * 2, store, path="v", region=(slice(0, 10),), independent_writers=False)
+    shardwise.array.to_zarr(
+        x * 2, store, path="v", region=(slice(0, 10),), independent_writers=False
+    )
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 2)
     with pytest.raises(WriteError, match="append"):
-        shardwise.to_zarr(x, store, path="v", append_dim=0, independent_writers=True)
+        shardwise.array.to_zarr(x, store, path="v", append_dim=0, independent_writers=True)
 
 
 def test_by_default_stores_without_conditional_puts_write_with_a_warning(tmp_path):
@@ -338,21 +341,23 @@ def test_by_default_stores_without_conditional_puts_write_with_a_warning(tmp_pat
     new_array(store)
     x = da.ones((10, SHAPE[1]), chunks=10)
     with pytest.warns(UnprotectedWriteWarning, match="writes shards in part") as record:
-        shardwise.to_zarr(x * 3, store, path="v", region=(slice(0, 10),))
+        shardwise.array.to_zarr(x * 3, store, path="v", region=(slice(0, 10),))
     assert len(record) == 1 and record[0].filename == __file__  # at the user's call
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 3)
     with pytest.warns(UnprotectedWriteWarning, match="grows the array"):
-        shardwise.to_zarr(x * 4, store, path="v", append_dim=0)
+        shardwise.array.to_zarr(x * 4, store, path="v", append_dim=0)
     got = zarr.open_array(store, path="v")
     assert got.shape[0] == SHAPE[0] + 10
     np.testing.assert_array_equal(got[SHAPE[0] :], 4)
     # whole shards, and a job that says it is the only writer: no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.ones((100, SHAPE[1]), chunks=100), store, path="v", region=(slice(0, 100),)
         )
-        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=False)
+        shardwise.array.to_zarr(
+            x, store, path="v", region=(slice(0, 10),), independent_writers=False
+        )
     # a Dataset append, as xarray's own to_zarr makes it: one warning for the write
     ds = xr.Dataset({"t": (("time",), np.arange(8.0)), "u": (("time",), np.arange(8.0))})
     dstore = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-3/d.zarr")
@@ -414,7 +419,9 @@ def test_a_shared_file_system_whose_locks_stay_on_one_node_warns_or_is_refused(
     _mounted_as(monkeypatch, tmp_path, "nfs4", "nas01:/export")
     x = da.ones((10, SHAPE[1]), chunks=10)
     with pytest.raises(WriteError, match="is NFS, where the flock") as info:
-        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
+        shardwise.array.to_zarr(
+            x, store, path="v", region=(slice(0, 10),), independent_writers=True
+        )
     assert "Nothing was written" in str(info.value)
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 0)
     puts: list[str] = []
@@ -426,7 +433,7 @@ def test_a_shared_file_system_whose_locks_stay_on_one_node_warns_or_is_refused(
 
     monkeypatch.setattr(shardwise.io.conditional.LocalConditional, "put", counted)
     with pytest.warns(UnprotectedWriteWarning, match="other nodes are not kept out") as record:
-        shardwise.to_zarr(x * 5, store, path="v", region=(slice(0, 10),))
+        shardwise.array.to_zarr(x * 5, store, path="v", region=(slice(0, 10),))
     assert len(record) == 1 and record[0].filename == __file__
     assert puts == ["v/c/0/0"]  # (the merge still made only if unchanged)
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 5)
@@ -441,9 +448,11 @@ def test_a_file_system_that_refuses_flock_writes_plainly_with_a_warning(tmp_path
     monkeypatch.setattr(mounts, "_PROBED", {})
     x = da.ones((10, SHAPE[1]), chunks=10)
     with pytest.raises(WriteError, match=r"refuses flock \(ENOLCK\)"):
-        shardwise.to_zarr(x, store, path="v", region=(slice(0, 10),), independent_writers=True)
+        shardwise.array.to_zarr(
+            x, store, path="v", region=(slice(0, 10),), independent_writers=True
+        )
     with pytest.warns(UnprotectedWriteWarning, match="refuses flock"):
-        shardwise.to_zarr(x * 6, store, path="v", region=(slice(0, 10),))
+        shardwise.array.to_zarr(x * 6, store, path="v", region=(slice(0, 10),))
     np.testing.assert_array_equal(zarr.open_array(store, path="v")[:10], 6)
 
 
@@ -451,14 +460,14 @@ def test_the_default_comes_from_dask_config(tmp_path):
     store = zarr.storage.FsspecStore.from_url("memory://shardwise-no-cas-2/a.zarr")
     new_array(store)
     with dask.config.set({"shardwise.independent-writers": False}):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
         )
     with (
         dask.config.set({"shardwise.independent-writers": True}),
         pytest.raises(WriteError, match="could lose another job's rows"),
     ):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
         )
     with pytest.raises(WriteError, match="independent_writers"):
@@ -568,7 +577,7 @@ def test_two_writers_that_both_read_a_shard_first_both_keep_their_rows(tmp_path,
     def job(rows: slice, v: float) -> None:
         x = da.full((rows.stop - rows.start, SHAPE[1]), v, chunks=10)
         with dask.config.set(scheduler="synchronous"):
-            shardwise.to_zarr(x, store, path="v", region=(rows,))
+            shardwise.array.to_zarr(x, store, path="v", region=(rows,))
 
     run_threads([lambda: job(slice(0, 10), 1.0), lambda: job(slice(50, 60), 2.0)], timeout=60)
     got = zarr.open_array(store, path="v")[...]
@@ -595,7 +604,7 @@ def test_icechunk_jobs_sharing_a_shard_conflict_at_commit_and_a_rerun_keeps_both
     def job(rows: slice, v: float):
         s = repo.writable_session("main")
         x = da.full((rows.stop - rows.start, SHAPE[1]), v, chunks=10)
-        shardwise.to_zarr(x, s.store, path="v", region=(rows,))
+        shardwise.array.to_zarr(x, s.store, path="v", region=(rows,))
         return s
 
     a, b = job(slice(0, 10), 1.0), job(slice(50, 60), 2.0)

@@ -53,17 +53,15 @@ from zarr.errors import ZarrUserWarning
 from zarr.storage import MemoryStore
 
 import shardwise
-from shardwise import (
-    ArrayReader,
+from shardwise import ArrayReader, ReadOptions, ShardwiseError, _compat
+from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
+from shardwise.errors import (
     ChecksumError,
     CorruptShardError,
-    ReadOptions,
-    ShardwiseError,
     TruncatedShardError,
-    _compat,
+    UnsupportedArrayError,
+    UnsupportedCodecError,
 )
-from shardwise.codecs import ChunkDecoder, ChunkEncoder, ShardDecoder
-from shardwise.errors import UnsupportedArrayError, UnsupportedCodecError
 from shardwise.format.index import EMPTY, IndexFormat, check_entries
 from shardwise.format.metadata import ArrayInfo
 from shardwise.xarray.backend import _ENGINE_KINDS
@@ -702,7 +700,7 @@ def test_io_errors_pass_through_without_a_search_for_bad_metadata(reader) -> Non
     I/O error arrives as a StoreIOError naming where (the store's error its cause), and
     no document is asked for twice."""
     ASKED.clear()
-    with pytest.raises(shardwise.StoreIOError, match="endpoint unreachable") as info:
+    with pytest.raises(shardwise.errors.StoreIOError, match="endpoint unreachable") as info:
         if reader == "reader":
             ArrayReader.open(_Unreachable(), "v")
         else:
@@ -862,7 +860,7 @@ def test_corrupt_blosc_chunk_does_not_crash(tmp_path) -> None:
         DEADLINE
         try:
             shardwise.ArrayReader.open({str(tmp_path / "b.zarr")!r}, "v")[...]
-        except shardwise.CorruptShardError as e:
+        except shardwise.errors.CorruptShardError as e:
             print(type(e).__name__, e.key, e.chunk)
         """,
         seconds=60,

@@ -45,7 +45,7 @@ def test_errors_travel_from_workers(client, weather_store):
     raw[-5] ^= 0xFF
     shard.write_bytes(bytes(raw))
     ds = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
-    from shardwise import ChecksumError
+    from shardwise.errors import ChecksumError
 
     with pytest.raises(ChecksumError) as info:
         ds.precip.sum().compute()
@@ -198,7 +198,7 @@ def test_migrate_on_worker_processes(client, tmp_path):
     import shardwise
 
     legacy = Path(__file__).parent / "data" / "legacy" / "compressors"
-    report = shardwise.migrate(legacy, tmp_path / "m.zarr")
+    report = shardwise.tools.migrate.migrate(legacy, tmp_path / "m.zarr")
     assert report.shards == 20
     source = xr.open_dataset(legacy, engine="shardwise").load()
     back = xr.open_dataset(tmp_path / "m.zarr", engine="zarr", consolidated=False).load()
@@ -242,11 +242,11 @@ def test_dask_array_write_append_and_read_on_worker_processes(client, tmp_path):
     data = np.random.default_rng(4).normal(size=(300, 120)).astype("f4")
     x = da.from_array(data, chunks=(45, 70))
     path = tmp_path / "a.zarr"
-    delayed = shardwise.to_zarr(
+    delayed = shardwise.array.to_zarr(
         x[:200], path, path="v", shards=(100, 60), chunks=(20, 20), compute=False
     )
     assert isinstance(client.compute(delayed).result(), zarr.Array)
-    shardwise.to_zarr(x[200:], path, path="v", append_dim=0)
+    shardwise.array.to_zarr(x[200:], path, path="v", append_dim=0)
     np.testing.assert_array_equal(zarr.open_array(path, path="v", mode="r")[...], data)
-    back = shardwise.from_zarr(path, "v", chunks={0: 60})
+    back = shardwise.array.from_zarr(path, "v", chunks={0: 60})
     np.testing.assert_array_equal(back.compute(), da.from_zarr(str(path), component="v").compute())

@@ -36,20 +36,6 @@ def test_every_public_name_has_a_docstring_and_an_api_entry_at_its_public_path()
     assert hook.problems(DOCS) == []
 
 
-def test_the_top_level_holds_what_users_call():
-    """About 30 names: readers, writers, tools and their reports, and the errors users
-    catch most; the rest of the errors in shardwise.errors, the cache in
-    shardwise.cache."""
-    assert len(shardwise.__all__) <= 32
-    import shardwise.errors as errors
-
-    for name in errors.__all__:
-        if name in shardwise.__all__:
-            assert getattr(shardwise, name) is getattr(errors, name)
-        else:
-            assert not hasattr(shardwise, name) or name in ("errors",), name
-
-
 def run_blocks(page: Path, tmp_path: Path, namespace: dict, monkeypatch) -> int:
     monkeypatch.chdir(tmp_path)
     ran = 0
@@ -89,7 +75,10 @@ def test_user_guide_blocks_run(tmp_path, monkeypatch):
     namespace = {"ds": ds, "store": str(tmp_path / "data.zarr"), "shardwise": shardwise}
     ran = run_blocks(DOCS / "user-guide.md", tmp_path, namespace, monkeypatch)
     assert ran >= 9
-    assert isinstance(namespace["report"], shardwise.VerifyReport) and namespace["report"].ok
+    assert (
+        isinstance(namespace["report"], shardwise.tools.verify.VerifyReport)
+        and namespace["report"].ok
+    )
 
 
 @CONSOLIDATED

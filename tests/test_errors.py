@@ -12,8 +12,14 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 
 import shardwise
-from shardwise import ChecksumError, CorruptShardError, ShardwiseError, TruncatedShardError
-from shardwise.errors import NotAZarrStoreError, UnsupportedCodecError
+from shardwise import ShardwiseError
+from shardwise.errors import (
+    ChecksumError,
+    CorruptShardError,
+    NotAZarrStoreError,
+    TruncatedShardError,
+    UnsupportedCodecError,
+)
 from shardwise.io.reader import ArrayReader
 
 

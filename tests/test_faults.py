@@ -6,7 +6,7 @@
   every shard file see each shard absent, old or new, never torn, and re-running the
   same call produces the input, with stale ``LocalStore`` temp files left behind;
 - two concurrent jobs writing regions of one array: disjoint shard-aligned regions both
-  land; regions sharing a shard are caught by ``shardwise.check_regions`` beforehand,
+  land; regions sharing a shard are caught by ``shardwise.regions.check_regions`` beforehand,
   and (forced deterministically) one job's values in the shared shard are lost.
 
 The data is made inside the tasks (``map_blocks`` from each block's position, plus a
@@ -541,8 +541,8 @@ def test_concurrent_disjoint_regions_both_land(client, tmp_path):
     path = tmp_path / "s.zarr"
     template(path)
     r1, r2 = {"time": slice(0, 2000)}, {"time": slice(2000, ROWS)}  # on shard boundaries
-    assert shardwise.shared_shards(path, [r1, r2]) == {}
-    shardwise.check_regions(path, [r1, r2], variables=["v"])  # no error
+    assert shardwise.regions.shared_shards(path, [r1, r2]) == {}
+    shardwise.regions.check_regions(path, [r1, r2], variables=["v"])  # no error
 
     meet = tmp_path / "meet"
     meet.mkdir()
@@ -622,14 +622,16 @@ def test_regions_sharing_a_shard_are_caught_before_writing(client, tmp_path):
     path = tmp_path / "s.zarr"
     template(path)
     r1, r2 = {"time": slice(0, 2200)}, {"time": slice(2200, ROWS)}
-    assert shardwise.shared_shards(path, [r1, r2], variables=["v"]) == {"v": {"v/c/5/0": [0, 1]}}
+    assert shardwise.regions.shared_shards(path, [r1, r2], variables=["v"]) == {
+        "v": {"v/c/5/0": [0, 1]}
+    }
     # without variables=, every array along time counts, the time coordinate too
-    assert shardwise.shared_shards(path, [r1, r2]) == {
+    assert shardwise.regions.shared_shards(path, [r1, r2]) == {
         "time": {"time/c/5": [0, 1]},
         "v": {"v/c/5/0": [0, 1]},
     }
     with pytest.raises(shardwise.errors.RegionConflictError) as info:
-        shardwise.check_regions(path, [r1, r2], variables=["v"])
+        shardwise.regions.check_regions(path, [r1, r2], variables=["v"])
     assert isinstance(info.value, ValueError)
     assert info.value.array == "v" and info.value.key == "v/c/5/0"
     assert "v/c/5/0" in str(info.value)
@@ -697,9 +699,11 @@ def test_check_regions_sees_shared_chunks_of_zarr_v2_arrays(client, tmp_path):
     assert (got[:400] == 1).all()
     kept_1, kept_2 = (got[400:500] == 1).all(), (got[500:] == 2).all()
     assert kept_1 != kept_2  # one job's rows of chunk 1 are lost
-    assert shardwise.shared_shards(path, [{"time": r1}, {"time": r2}]) == {"v": {"v/1.0": [0, 1]}}
+    assert shardwise.regions.shared_shards(path, [{"time": r1}, {"time": r2}]) == {
+        "v": {"v/1.0": [0, 1]}
+    }
     with pytest.raises(shardwise.errors.RegionConflictError):
-        shardwise.check_regions(path, [{"time": r1}, {"time": r2}])
+        shardwise.regions.check_regions(path, [{"time": r1}, {"time": r2}])
 
 
 def test_writes_into_an_existing_zarr_v2_store(client, tmp_path):

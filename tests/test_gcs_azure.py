@@ -220,7 +220,7 @@ def test_an_append_whose_nth_conditional_put_is_lost_lands_once(kind, n, request
     with FaultProxy(upstream, max_seconds=120) as proxy:
         place = place_of(kind, request, "a.zarr", endpoint=proxy.endpoint)
         first = da.from_array(np.arange(150 * 4, dtype="f8").reshape(150, 4), chunks=50)
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             first,
             place.target,
             path="v",
@@ -230,7 +230,7 @@ def test_an_append_whose_nth_conditional_put_is_lost_lands_once(kind, n, request
         )
         proxy.lose_nth(n, _conditional_put)
         more = da.from_array(-np.arange(50 * 4, dtype="f8").reshape(50, 4), chunks=50)
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             more,
             place.target,
             path="v",
@@ -327,14 +327,14 @@ def test_transient_faults_are_retried(kind, fault, request):
         place = place_of(kind, request, "t.zarr", endpoint=proxy.endpoint)
         so = place.storage_options
         first = da.from_array(block[:150], chunks=50)
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             first, place.target, path="v", shards=(100, 4), chunks=(10, 4), storage_options=so
         )
         proxy.inject(fault, 0.2, when=_a_shard)
         more = da.from_array(block[150:], chunks=50)
-        shardwise.to_zarr(more, place.target, path="v", append_dim=0, storage_options=so)
+        shardwise.array.to_zarr(more, place.target, path="v", append_dim=0, storage_options=so)
         region = da.from_array(np.full((20, 4), 7.0), chunks=20)
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             region, place.target, path="v", region=(slice(20, 40),), storage_options=so
         )
         got = shardwise.ArrayReader.open(place.target, "v", storage_options=so)[...]

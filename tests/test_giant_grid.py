@@ -184,7 +184,7 @@ def test_inventory_refuses_before_reading_an_index(giant: Path) -> None:
     assert "shardwise.info" in str(e) and "100,000,000 x 100,000,000" in str(e)
     assert not [k for k in store.log.per_key() if k.startswith("v/c/")]  # no index read
     with pytest.raises(TooLargeError):
-        shardwise.inventories(giant)
+        shardwise.tools.inventory.inventories(giant)
 
 
 def test_inventory_limit_is_relative_to_what_is_stored(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_a_draft_array_named_dotdot_in_a_bucket(s3, bucket, tmp_path, client):
     dst = Target(client, s3, bucket, "area/dst.zarr")
     for call in (
         lambda: reshard_to(src, dst),
-        lambda: shardwise.migrate(
+        lambda: shardwise.tools.migrate.migrate(
             src.where(),
             dst.url if client == "s3fs" else dst.where(),
             storage_options=src.options(),
@@ -114,7 +114,7 @@ def test_refusals_write_nothing_to_a_bucket(s3, bucket, tmp_path, client):
     upload(damaged, src2)
     before = _keys(s3, bucket)
     dst = Target(client, s3, bucket, "dst.zarr")
-    with pytest.raises(shardwise.WriteError, match="Nothing was written"):
+    with pytest.raises(shardwise.errors.WriteError, match="Nothing was written"):
         reshard_to(src, dst)
     with pytest.raises(shardwise.errors.UnsupportedArrayError, match=re.escape("b/zarr.json")):
         reshard_to(src2, dst)

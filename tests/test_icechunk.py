@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 
 import shardwise
-from shardwise import TruncatedShardError, WriteError
+from shardwise.errors import TruncatedShardError, WriteError
 
 icechunk = pytest.importorskip("icechunk")
 icechunk.set_logs_filter("error")  # its Rust log (local storage is not for concurrent commits)
@@ -246,7 +246,7 @@ def test_concurrent_jobs_disjoint_regions_commit_and_shared_shards_conflict(tmp_
     got = read(repo).v.values
     assert (got[150:250] == 2).all() and (got[100:150] == 1).all()
     with pytest.raises(shardwise.errors.RegionConflictError):  # what check_regions would have said
-        shardwise.check_regions(
+        shardwise.regions.check_regions(
             repo.readonly_session("main").store,
             [{"t": slice(150, 250)}, {"t": slice(180, 280)}],
         )
@@ -360,7 +360,7 @@ def test_repository_on_moto_s3(s3, bucket):
 
 
 def test_dask_arrays_through_a_session(tmp_path):
-    """``shardwise.to_zarr(x, session, path=...)`` and ``shardwise.from_zarr`` on an
+    """``shardwise.to_zarr(x, session, path=...)`` and ``shardwise.array.from_zarr`` on an
     Icechunk repository: the fork pattern for one array, appends, commit."""
     import dask.array as da
     import zarr
@@ -368,7 +368,7 @@ def test_dask_arrays_through_a_session(tmp_path):
     repo = new_repo(tmp_path / "repo")
     data = np.random.default_rng(5).normal(size=(200, 30)).astype("f4")
     x = da.from_array(data, chunks=(35, 30))
-    snapshot = shardwise.to_zarr(
+    snapshot = shardwise.array.to_zarr(
         x[:120],
         repo.writable_session("main"),
         path="a/v",
@@ -378,12 +378,14 @@ def test_dask_arrays_through_a_session(tmp_path):
     )
     assert repo.lookup_branch("main") == snapshot
     session = repo.writable_session("main")
-    delayed = shardwise.to_zarr(x[120:], session, path="a/v", append_dim=0, compute=False)
+    delayed = shardwise.array.to_zarr(x[120:], session, path="a/v", append_dim=0, compute=False)
     session.merge(delayed.compute())
     session.commit("two")
     store = repo.readonly_session("main").store
     np.testing.assert_array_equal(zarr.open_array(store, path="a/v", mode="r")[...], data)
-    np.testing.assert_array_equal(shardwise.from_zarr(store, "a/v", chunks="inner").compute(), data)
+    np.testing.assert_array_equal(
+        shardwise.array.from_zarr(store, "a/v", chunks="inner").compute(), data
+    )
 
 
 def test_a_datatree_is_refused_for_a_session(tmp_path):

@@ -36,7 +36,7 @@ def failing_shard_puts(monkeypatch):
 def _array(tmp_path):
     """150 rows of a dask array written at ``v`` (shards of 100 rows)."""
     path = tmp_path / "a.zarr"
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(block(0, 150), chunks=ROWS),
         path,
         path="v",
@@ -51,16 +51,16 @@ def test_a_dask_array_append_names_the_rows_it_claimed(tmp_path, failing_shard_p
     path = _array(tmp_path)
     more = da.from_array(block(150), chunks=ROWS)
     with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
-        shardwise.to_zarr(more, path, path="v", append_dim=0)
+        shardwise.array.to_zarr(more, path, path="v", append_dim=0)
     err = info.value
-    assert isinstance(err, OSError) and isinstance(err.__cause__, shardwise.StoreIOError)
+    assert isinstance(err, OSError) and isinstance(err.__cause__, shardwise.errors.StoreIOError)
     assert err.rows == {"v": ("y", 150, 200)}
     assert "y 150-199" in str(err) and "region=(slice(150, 200), slice(0, 4))" in str(err)
     assert err.key == "v/zarr.json"
     stored = zarr.open_array(path, path="v", mode="r")
     assert stored.shape == (200, 4)  # claimed: another job would append after them
     failing_shard_puts()
-    shardwise.to_zarr(more, path, path="v", region=(slice(150, 200), slice(0, 4)), mode="r+")
+    shardwise.array.to_zarr(more, path, path="v", region=(slice(150, 200), slice(0, 4)), mode="r+")
     np.testing.assert_array_equal(zarr.open_array(path, path="v", mode="r")[...], block(0, 200))
 
 
@@ -89,7 +89,7 @@ def test_a_dataset_append_names_the_rows_it_claimed(tmp_path, failing_shard_puts
 
 def test_an_append_that_succeeds_leaves_no_claim(tmp_path):
     path = _array(tmp_path)
-    shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
+    shardwise.array.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
     stored = zarr.open_array(path, path="v", mode="r")
     assert CLAIMS not in stored.attrs
     np.testing.assert_array_equal(stored[...], block(0, 200))
@@ -102,17 +102,17 @@ def test_running_a_failed_dask_array_append_again_completes_its_rows(
     path = _array(tmp_path)
     more = da.from_array(block(150), chunks=ROWS)
     with pytest.raises(shardwise.errors.IncompleteAppendError) as info:
-        shardwise.to_zarr(more, path, path="v", append_dim=0)
+        shardwise.array.to_zarr(more, path, path="v", append_dim=0)
     assert "Run the same append again" in str(info.value)
     stored = zarr.open_array(path, path="v", mode="r")
     (claim,) = stored.attrs[CLAIMS].values()
     assert claim == {"axis": 0, "rows": [150, 200]}
     failing_shard_puts()
     # another job appends after the claimed rows before the re-run
-    shardwise.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
+    shardwise.array.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
     # the same call again (the same data, built again): the claimed rows, no new ones
     again = da.from_array(block(150), chunks=ROWS)
-    written = shardwise.to_zarr(again, path, path="v", append_dim=0, compute=compute)
+    written = shardwise.array.to_zarr(again, path, path="v", append_dim=0, compute=compute)
     if not compute:
         written.compute()
     stored = zarr.open_array(path, path="v", mode="r")
@@ -120,7 +120,7 @@ def test_running_a_failed_dask_array_append_again_completes_its_rows(
     assert CLAIMS not in stored.attrs
     np.testing.assert_array_equal(stored[...], block(0, 250))
     # and once complete, the same call appends again, as any append does
-    shardwise.to_zarr(again, path, path="v", append_dim=0)
+    shardwise.array.to_zarr(again, path, path="v", append_dim=0)
     assert zarr.open_array(path, path="v", mode="r").shape == (300, 4)
 
 
@@ -129,9 +129,11 @@ def test_other_data_appended_after_a_failed_append_does_not_take_its_rows(
 ):
     path = _array(tmp_path)
     with pytest.raises(shardwise.errors.IncompleteAppendError):
-        shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0)
+        shardwise.array.to_zarr(
+            da.from_array(block(150), chunks=ROWS), path, path="v", append_dim=0
+        )
     failing_shard_puts()
-    shardwise.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
+    shardwise.array.to_zarr(da.from_array(block(200), chunks=ROWS), path, path="v", append_dim=0)
     stored = zarr.open_array(path, path="v", mode="r")
     assert stored.shape == (250, 4)
     assert len(stored.attrs[CLAIMS]) == 1  # still the failed one's
@@ -233,11 +235,11 @@ def test_an_object_store_clients_own_error_is_named(tmp_path):
     path = tmp_path / "d.zarr"
     shardwise.to_zarr(_dataset(0, 150), path)
     store = Failing(LocalStore(path))
-    with pytest.raises(shardwise.StoreIOError) as info:
+    with pytest.raises(shardwise.errors.StoreIOError) as info:
         shardwise.to_zarr(_dataset(150, ROWS), store, append_dim="time", consolidated=False)
     assert isinstance(info.value.__cause__, obstore.exceptions.GenericError)
     assert info.value.key == "zarr.json"
-    with pytest.raises(shardwise.StoreIOError) as info:
+    with pytest.raises(shardwise.errors.StoreIOError) as info:
         xr.open_dataset(store, engine="shardwise", consolidated=False)
     assert info.value.key == "zarr.json"
 

@@ -61,10 +61,12 @@ def test_a_dask_array_append_whose_nth_conditional_put_is_lost(
     url = f"s3://{serialized_bucket}/a.zarr"
     so = options(proxy, s3_serialized)
     first = da.from_array(block(0, 150), chunks=ROWS)
-    shardwise.to_zarr(first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4))
+    shardwise.array.to_zarr(
+        first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4)
+    )
     proxy.lose_nth(n, FaultProxy.conditional_put)
     more = da.from_array(block(150), chunks=ROWS)
-    shardwise.to_zarr(more, url, path="v", mode="a", append_dim=0, storage_options=so)
+    shardwise.array.to_zarr(more, url, path="v", mode="a", append_dim=0, storage_options=so)
     assert proxy.injected.total() == (n <= DASK_ARRAY_PUTS)
     stored = zarr.open_array(
         url, path="v", mode="r", storage_options=s3_serialized.storage_options()
@@ -83,9 +85,9 @@ def test_an_obstore_append_whose_nth_conditional_put_is_lost(
     pytest.importorskip("obstore")
     store = s3_serialized.obstore(serialized_bucket, "o.zarr", endpoint=proxy.endpoint)
     first = da.from_array(block(0, 150), chunks=ROWS)
-    shardwise.to_zarr(first, store, path="v", shards=(100, 4), chunks=(10, 4))
+    shardwise.array.to_zarr(first, store, path="v", shards=(100, 4), chunks=(10, 4))
     proxy.lose_nth(n, FaultProxy.conditional_put)
-    shardwise.to_zarr(da.from_array(block(150), chunks=ROWS), store, path="v", append_dim=0)
+    shardwise.array.to_zarr(da.from_array(block(150), chunks=ROWS), store, path="v", append_dim=0)
     lost = proxy.injected.total()
     stored = zarr.open_array(
         f"s3://{serialized_bucket}/o.zarr",
@@ -140,10 +142,14 @@ def test_a_region_write_whose_nth_conditional_put_is_lost(
     url = f"s3://{serialized_bucket}/r.zarr"
     so = options(proxy, s3_serialized)
     first = da.from_array(block(0, 200), chunks=ROWS)
-    shardwise.to_zarr(first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4))
+    shardwise.array.to_zarr(
+        first, url, path="v", storage_options=so, shards=(100, 4), chunks=(10, 4)
+    )
     proxy.lose_nth(n, FaultProxy.conditional_put)
     part = da.from_array(block(60, 80) + 0.5, chunks=ROWS)
-    shardwise.to_zarr(part, url, path="v", region=(slice(60, 140),), mode="r+", storage_options=so)
+    shardwise.array.to_zarr(
+        part, url, path="v", region=(slice(60, 140),), mode="r+", storage_options=so
+    )
     assert proxy.injected.total() == (n <= REGION_PUTS)
     expected = block(0, 200)
     expected[60:140] += 0.5
@@ -193,7 +199,7 @@ def test_transient_faults_are_retried(
     so = options(proxy, s3_serialized)
     if client_retries == "none":
         so["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(block(0, 150), chunks=ROWS),
         url,
         path="v",
@@ -206,7 +212,7 @@ def test_transient_faults_are_retried(
         proxy.inject(fault, 1.0, when=every_other(ours))
     else:
         proxy.inject(fault, 0.33)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(block(150), chunks=ROWS),
         url,
         path="v",
@@ -214,7 +220,7 @@ def test_transient_faults_are_retried(
         append_dim=0,
         storage_options=so,
     )
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(np.full((20, 4), 7.0), chunks=20),
         url,
         path="v",
@@ -242,7 +248,7 @@ def test_a_fault_that_outlasts_the_retries_names_the_array_and_key(
     url = f"s3://{serialized_bucket}/f.zarr"
     so = options(proxy, s3_serialized)
     so["config_kwargs"] = {"retries": {"total_max_attempts": 1, "mode": "standard"}}
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(block(0, 150), chunks=ROWS),
         url,
         path="v",
@@ -253,9 +259,9 @@ def test_a_fault_that_outlasts_the_retries_names_the_array_and_key(
     proxy.inject("reset", 1.0, when=FaultProxy.conditional_put)
     with (
         dask.config.set({"shardwise.store-retries": 2}),
-        pytest.raises(shardwise.StoreIOError) as info,
+        pytest.raises(shardwise.errors.StoreIOError) as info,
     ):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.from_array(block(150), chunks=ROWS),
             url,
             path="v",
@@ -290,18 +296,20 @@ def test_another_append_between_a_lost_response_and_its_retry(
         so = None
     url = f"s3://{serialized_bucket}/race.zarr"
     first = da.from_array(block(0, 150), chunks=ROWS)
-    shardwise.to_zarr(first, url, path="v", storage_options=direct, shards=(100, 4), chunks=(10, 4))
+    shardwise.array.to_zarr(
+        first, url, path="v", storage_options=direct, shards=(100, 4), chunks=(10, 4)
+    )
     other = []
 
     def another_job_appends() -> None:
         more = da.from_array(block(200), chunks=ROWS)  # after the 50 rows claimed
         other.append(
-            shardwise.to_zarr(more, url, path="v", append_dim=0, storage_options=direct).shape
+            shardwise.array.to_zarr(more, url, path="v", append_dim=0, storage_options=direct).shape
         )
 
     proxy.lose_nth(1, FaultProxy.conditional_put, then=another_job_appends)
     ours_ = da.from_array(block(150), chunks=ROWS)
-    shardwise.to_zarr(ours_, store, path="v", append_dim=0, storage_options=so)
+    shardwise.array.to_zarr(ours_, store, path="v", append_dim=0, storage_options=so)
     assert proxy.injected.total() == 1
     assert other == [(250, 4)]
     stored = zarr.open_array(url, path="v", mode="r", storage_options=direct)

@@ -247,7 +247,7 @@ def test_a_sharded_write_and_an_independent_append(gcs):
     store = gcs_store(gcs, prefix="d.zarr")
     first = np.arange(120 * 6, dtype="f8").reshape(120, 6)
     more = -np.arange(50 * 6, dtype="f8").reshape(50, 6)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(first, chunks=(40, 6)),
         store,
         path="v",
@@ -256,7 +256,7 @@ def test_a_sharded_write_and_an_independent_append(gcs):
         independent_writers=True,
     )
     mark = len(gcs.requests)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(more, chunks=(50, 6)),
         store,
         path="v",

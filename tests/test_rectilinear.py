@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import WriteError, _compat
+from shardwise import _compat
 from shardwise._flags import rectilinear_grids
+from shardwise.errors import WriteError
 from shardwise.format.rectilinear import MAX_SHARDS, extend, pad
 from shardwise.testing import CountingStore
 
@@ -297,9 +298,9 @@ def test_region_writes_into_a_rectilinear_array(tmp_path, region):
     np.testing.assert_array_equal(zarr_read(path, "tas"), expected)
     assert grid(path)[0]["configuration"]["chunk_shapes"][0] == [10, 6, 14]
     # separate jobs: regions on shard boundaries are disjoint, others share a shard
-    shardwise.check_regions(path, [{"time": slice(0, 10)}, {"time": slice(10, 30)}])
+    shardwise.regions.check_regions(path, [{"time": slice(0, 10)}, {"time": slice(10, 30)}])
     with pytest.raises(shardwise.errors.RegionConflictError) as err:
-        shardwise.check_regions(path, [{"time": slice(0, 12)}, {"time": slice(12, 30)}])
+        shardwise.regions.check_regions(path, [{"time": slice(0, 12)}, {"time": slice(12, 30)}])
     assert err.value.key == "tas/c/1/0"
 
 

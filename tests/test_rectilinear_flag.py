@@ -26,11 +26,11 @@ XARRAY = pytest.mark.xarray_rectilinear
 
 READS = {
     "ArrayReader": lambda p: shardwise.ArrayReader.open(p, "tas")[...],
-    "from_zarr": lambda p: shardwise.from_zarr(p, "tas").compute(),
+    "from_zarr": lambda p: shardwise.array.from_zarr(p, "tas").compute(),
     "info": lambda p: shardwise.info(p).arrays[0].shards_present,
     "verify": lambda p: shardwise.verify(p).ok,
     "inventory": lambda p: int(shardwise.inventory(p, "tas").attrs["shards_present"]),
-    "check_regions": lambda p: shardwise.check_regions(p, [{"time": slice(0, 10)}]),
+    "check_regions": lambda p: shardwise.regions.check_regions(p, [{"time": slice(0, 10)}]),
     "reshard": lambda p: shardwise.ArrayReader.open(
         shardwise.reshard(p, p.parent / "copy.zarr") and p.parent / "copy.zarr", "tas"
     )[...],
@@ -54,7 +54,7 @@ def store(tmp_path):
     path = tmp_path / "r.zarr"
     x = da.from_array(VALUES, chunks=((10, 6, 14), 4))
     with dask.config.set(scheduler="threads"):
-        shardwise.to_zarr(x, path, path="tas", chunks=(2, 4), dimension_names=["time", "x"])
+        shardwise.array.to_zarr(x, path, path="tas", chunks=(2, 4), dimension_names=["time", "x"])
     with zarr.config.set({"array.rectilinear_chunks": True}):
         zarr.consolidate_metadata(path)
     _flag_off()

@@ -353,7 +353,7 @@ def test_ranged_read_finds_an_entry_pointing_into_the_index(target):
         lambda: reader[40:70],  # (chunks 0-2 are fine, but their index is not)
         lambda: target.open_fanout(chunks="inner").v[75:80].compute(),
     ):
-        with pytest.raises(shardwise.TruncatedShardError) as info:
+        with pytest.raises(shardwise.errors.TruncatedShardError) as info:
             read()
         err = info.value
         assert (err.array, err.key, err.chunk) == ("v", "v/c/1/0", (3, 0)), err

@@ -30,7 +30,7 @@ def structured_v2(path):
 def test_unencodable_fill_value_refused_before_writing(tmp_path):
     src = structured_v2(tmp_path / "src.zarr")
     dst = tmp_path / "dst.zarr"
-    with pytest.raises(shardwise.WriteError, match="Nothing was written") as info:
+    with pytest.raises(shardwise.errors.WriteError, match="Nothing was written") as info:
         shardwise.reshard(src, dst)
     assert info.value.array == "s" and info.value.key == "s/.zarray"
     assert not dst.exists()
@@ -57,14 +57,14 @@ def test_refused_resume_leaves_the_destination_as_it_was(tmp_path):
 def test_migrate_refusals_write_nothing(tmp_path):
     dst = tmp_path / "dst.zarr"
     for kwargs, error in [
-        ({"mode": "x"}, shardwise.WriteError),
+        ({"mode": "x"}, shardwise.errors.WriteError),
         ({"group": "nope"}, shardwise.ShardwiseError),
     ]:
         with pytest.raises(error):
-            shardwise.migrate(LEGACY / "compressors", dst, **kwargs)
+            shardwise.tools.migrate.migrate(LEGACY / "compressors", dst, **kwargs)
         assert not dst.exists()
-    with pytest.raises(shardwise.WriteError, match="not a store of the 2022"):
-        shardwise.migrate(tmp_path, dst)
+    with pytest.raises(shardwise.errors.WriteError, match="not a store of the 2022"):
+        shardwise.tools.migrate.migrate(tmp_path, dst)
     assert not dst.exists()
 
 
@@ -76,7 +76,7 @@ def test_unsafe_paths_given_by_the_user_are_refused(tmp_path, name):
     with pytest.raises(shardwise.errors.UnsafeNameError):
         shardwise.reshard(tmp_path / "src.zarr", dst, variables=[name])
     with pytest.raises(shardwise.errors.UnsafeNameError):
-        shardwise.migrate(LEGACY / "compressors", dst, group=name)
+        shardwise.tools.migrate.migrate(LEGACY / "compressors", dst, group=name)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.zarr"]
 
 
@@ -90,7 +90,7 @@ def test_store_errors_in_shard_tasks_name_the_array_and_key(tmp_path):
     dst = tmp_path / "dst.zarr"
     delayed = shardwise.reshard(tmp_path / "src.zarr", dst, compute=False)
     (dst / "v" / "c").write_bytes(b"in the way")
-    with pytest.raises(shardwise.StoreIOError, match="mode='a'") as info:
+    with pytest.raises(shardwise.errors.StoreIOError, match="mode='a'") as info:
         dask.compute(delayed, scheduler="sync")
     assert isinstance(info.value, OSError) and isinstance(info.value, shardwise.ShardwiseError)
     assert info.value.array == "v" and info.value.key.startswith("v/c/")
@@ -112,13 +112,13 @@ def test_grids_no_reader_could_read_are_refused_before_writing(tmp_path, shards,
         shardwise.to_zarr(ds, tmp_path / "a.zarr", encoding=enc, consolidated=False)
     assert info.value.array == "v" and info.value.key == "v/zarr.json"
     with pytest.raises(shardwise.errors.TooLargeError, match="Nothing was written"):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.arange(20, chunks=5), tmp_path / "b.zarr", shards=shards, chunks=chunks
         )
     src = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
     src.create_array("v", shape=(20,), chunks=(5,), dimension_names=["t"], dtype="f4")[...] = 1
     # (reshard caps inner chunks at the extent: 2**62 along 20 values is then no multiple)
-    with pytest.raises((shardwise.errors.TooLargeError, shardwise.WriteError)):
+    with pytest.raises((shardwise.errors.TooLargeError, shardwise.errors.WriteError)):
         shardwise.reshard(
             tmp_path / "src.zarr",
             tmp_path / "c.zarr",
@@ -157,7 +157,7 @@ def test_an_object_store_clients_own_error_names_the_array_and_key(tmp_path, err
 
     Cut.error = staticmethod(error)  # type: ignore[assignment]
     reader = shardwise.ArrayReader.open(Cut(zarr.storage.LocalStore(path, read_only=True)), "v")
-    with pytest.raises(shardwise.StoreIOError) as info:
+    with pytest.raises(shardwise.errors.StoreIOError) as info:
         reader[...]
     assert info.value.array == "v" and info.value.key in ("v/c/0", "v/c/1")
     assert "ClientPayloadError" in str(info.value) or error is ConnectionResetError
@@ -175,7 +175,7 @@ def test_store_errors_of_reads_and_writes_name_the_array_and_key(tmp_path, whole
     options = shardwise.ReadOptions(whole_shard_fraction=0.5 if whole else float("inf"))
     store = _Failing(zarr.storage.LocalStore(path, read_only=True))
     reader = shardwise.ArrayReader.open(store, "v", options=options)
-    with pytest.raises(shardwise.StoreIOError, match="read again") as info:
+    with pytest.raises(shardwise.errors.StoreIOError, match="read again") as info:
         reader[...]
     assert isinstance(info.value, ConnectionError | OSError)
     assert info.value.array == "v" and info.value.key in ("v/c/0", "v/c/1")
@@ -183,8 +183,8 @@ def test_store_errors_of_reads_and_writes_name_the_array_and_key(tmp_path, whole
     (path / "v" / "c" / "1").unlink()
     (path / "v" / "c" / "1").mkdir()
     (path / "v" / "c" / "1" / "x").write_bytes(b"")
-    with pytest.raises(shardwise.StoreIOError, match="run the same write again") as info:
-        shardwise.to_zarr(
+    with pytest.raises(shardwise.errors.StoreIOError, match="run the same write again") as info:
+        shardwise.array.to_zarr(
             da.ones(8, chunks=4, dtype="f4"), path, path="v", mode="r+", region=(slice(0, 8),)
         )
     assert info.value.key == "v/c/1" and isinstance(info.value.__cause__, OSError)
@@ -213,7 +213,7 @@ def test_a_plain_store_oserror_while_a_write_is_planned_names_where(tmp_path, wh
         path, name="v", shape=(8,), chunks=(2,), shards=(4,), dtype="f4", dimension_names=["x"]
     )[:] = 1
     store = _Busy(zarr.storage.LocalStore(path))
-    with pytest.raises(shardwise.StoreIOError) as info:
+    with pytest.raises(shardwise.errors.StoreIOError) as info:
         if what == "open":
             xr.open_dataset(store, engine="shardwise", consolidated=False)
         elif what == "dataset":
@@ -222,7 +222,7 @@ def test_a_plain_store_oserror_while_a_write_is_planned_names_where(tmp_path, wh
                 ds, store, mode="r+", region={"x": slice(0, 8)}, independent_writers=False
             )
         else:
-            shardwise.to_zarr(
+            shardwise.array.to_zarr(
                 da.zeros(8, chunks=4, dtype="f4"),
                 store,
                 path="v",
@@ -267,7 +267,7 @@ def _write(what, store, **options):
         region = {"t": slice(0, 8)}
         return shardwise.to_zarr(ds, store, region=region, consolidated=False, **options)
     if what == "dask-array":
-        return shardwise.to_zarr(data, store, path="a", shards=(8, 4), **options)
+        return shardwise.array.to_zarr(data, store, path="a", shards=(8, 4), **options)
     assert what == "dask-array-region"
     return shardwise.to_zarr(data, store, path="a", region=(slice(0, 8), slice(0, 4)), **options)
 
@@ -284,7 +284,7 @@ def test_every_bad_write_option_is_refused_before_anything_is_written(tmp_path, 
     if what.endswith("region"):  # into what a good write made
         _write(what.removesuffix("-region"), path)
     before = snapshot(tmp_path)
-    with pytest.raises(shardwise.WriteError, match=f"bad {next(iter(bad))}") as info:
+    with pytest.raises(shardwise.errors.WriteError, match=f"bad {next(iter(bad))}") as info:
         _write(what, path, **bad)
     assert isinstance(info.value, ValueError)
     assert "Nothing was written" in str(info.value)

@@ -37,14 +37,14 @@ def test_rectilinear_shards_of_a_dask_array_need_zarr_3_2(tmp_path, monkeypatch)
     _lacking(monkeypatch, "rectilinear")
     x = da.zeros((40, 8), chunks=(IRREGULAR, 8))
     with pytest.raises(shardwise.errors.VersionError) as info:
-        shardwise.to_zarr(x, tmp_path / "a.zarr", path="v")
+        shardwise.array.to_zarr(x, tmp_path / "a.zarr", path="v")
     assert isinstance(info.value, NotImplementedError)
     assert _compat.needed("rectilinear") in str(info.value)
     assert "Nothing was written" in str(info.value)
     assert not (tmp_path / "a.zarr").exists()
     # regular chunks, or explicit shards, are written as ever
-    shardwise.to_zarr(x.rechunk((10, 8)), tmp_path / "b.zarr", path="v")
-    shardwise.to_zarr(x, tmp_path / "c.zarr", path="v", shards=(20, 8), chunks=(10, 8))
+    shardwise.array.to_zarr(x.rechunk((10, 8)), tmp_path / "b.zarr", path="v")
+    shardwise.array.to_zarr(x, tmp_path / "c.zarr", path="v", shards=(20, 8), chunks=(10, 8))
 
 
 @pytest.mark.parametrize("feature", ["rectilinear", "xarray-rectilinear"])
@@ -102,7 +102,7 @@ def test_reading_a_rectilinear_array_names_the_release_it_needs(tmp_path, reader
         if reader == "ArrayReader":
             shardwise.ArrayReader.open(store, "v")
         elif reader == "from_zarr":
-            shardwise.from_zarr(store, component="v")
+            shardwise.array.from_zarr(store, component="v")
         else:
             xr.open_dataset(store, engine="shardwise", consolidated=False)
     assert "zarr-python >= 3.2" in str(info.value) and "v/zarr.json" in str(info.value)

@@ -305,7 +305,7 @@ class ShardMap:
 
 def array_html(info: ArrayInfo, store: Any) -> str:
     """An ``ArrayReader``'s view: the array's table and its shard grid, drawn without
-    reading an index (``shardwise.shard_grid(shardwise.inventory(...))`` shows what is
+    reading an index (``shardwise.tools.views.shard_grid(shardwise.inventory(...))`` shows what is
     stored). Grids of more than a million shards are not drawn."""
     grid = ShardMap(info)
     rows = [

@@ -1,7 +1,7 @@
 """Errors and warnings of shardwise.
 
-The base of every error is ``ShardwiseError``; the errors users catch most are
-also at the top level (``shardwise.StoreIOError`` ...), the rest are here.
+The base of every error is ``ShardwiseError`` (also ``shardwise.ShardwiseError``);
+every error and warning class is here.
 
 Every error subclasses both ``ShardwiseError`` and the built-in exception that
 existing ``except`` clauses already catch (``FileNotFoundError``, ``ValueError``, ...),
@@ -161,7 +161,7 @@ class ChunksError(ShardwiseError, ValueError):
 
 class RegionConflictError(ShardwiseError, ValueError):
     """Region writes meant for separate jobs would write the same shard
-    (``shardwise.check_regions``)."""
+    (``shardwise.regions.check_regions``)."""
 
 
 class OverlapError(ShardwiseError, ValueError):

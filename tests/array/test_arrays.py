@@ -1,5 +1,5 @@
 """dask arrays without xarray: ``shardwise.to_zarr(x, store, path=...)`` and
-``shardwise.from_zarr``, checked against zarr-python and ``dask.array.from_zarr`` on
+``shardwise.array.from_zarr``, checked against zarr-python and ``dask.array.from_zarr`` on
 the same stores."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
 
 import shardwise
-from shardwise import WriteError, _compat
+from shardwise import _compat
 from shardwise._flags import rectilinear_grids
-from shardwise.errors import StoreExistsError
+from shardwise.errors import StoreExistsError, WriteError
 
 
 def values(shape, seed=0):
@@ -31,7 +31,7 @@ def inner_of(arr):
 def test_write_at_a_path_reads_back_with_zarr_python_and_dask(tmp_path):
     data = values((60, 40))
     x = da.from_array(data, chunks=(20, 40))
-    arr = shardwise.to_zarr(x, tmp_path / "s.zarr", path="group/v")
+    arr = shardwise.array.to_zarr(x, tmp_path / "s.zarr", path="group/v")
     assert isinstance(arr, zarr.Array)
     got = zarr.open_array(tmp_path / "s.zarr", path="group/v", mode="r")
     assert got.shards == (20, 40)  # shards="dask": one shard per dask chunk
@@ -39,7 +39,7 @@ def test_write_at_a_path_reads_back_with_zarr_python_and_dask(tmp_path):
     assert got.metadata.dimension_names is None and got.attrs.asdict() == {}
     np.testing.assert_array_equal(got[...], data)
     np.testing.assert_array_equal(da.from_zarr(str(tmp_path / "s.zarr"), component="group/v"), data)
-    back = shardwise.from_zarr(tmp_path / "s.zarr", "group/v")
+    back = shardwise.array.from_zarr(tmp_path / "s.zarr", "group/v")
     assert back.chunks == ((20, 20, 20), (40,))
     np.testing.assert_array_equal(back.compute(), data)
 
@@ -54,7 +54,7 @@ def test_codecs_fill_value_attributes_and_names_are_zarr_pythons(tmp_path):
         "attributes": {"units": "K", "note": [1, 2]},
         "dimension_names": ("y", "x"),
     }
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(data, chunks=8), tmp_path / "a.zarr", shards=(16, 24), chunks=(8, 8), **kwargs
     )
     ref = zarr.create_array(
@@ -78,7 +78,7 @@ def test_codecs_fill_value_attributes_and_names_are_zarr_pythons(tmp_path):
 def test_shards_and_chunks_by_axis(tmp_path, shards, chunks, want_shards, want_inner):
     data = values((60, 40))
     x = da.from_array(data, chunks=(7, 13))  # cuts the shards: gathered by shard tasks
-    shardwise.to_zarr(x, tmp_path / "s.zarr", shards=shards, chunks=chunks)
+    shardwise.array.to_zarr(x, tmp_path / "s.zarr", shards=shards, chunks=chunks)
     got = zarr.open_array(tmp_path / "s.zarr", mode="r")
     if want_shards is not None:
         assert got.shards == want_shards
@@ -92,17 +92,17 @@ def test_shards_and_chunks_by_axis(tmp_path, shards, chunks, want_shards, want_i
 def test_irregular_chunks_become_a_rectilinear_grid(tmp_path):
     data = values((50, 12))
     x = da.from_array(data, chunks=((10, 20, 6, 14), (12,)))
-    shardwise.to_zarr(x, tmp_path / "r.zarr", chunks=(2, 12))
+    shardwise.array.to_zarr(x, tmp_path / "r.zarr", chunks=(2, 12))
     with rectilinear_grids():
         got = zarr.open_array(tmp_path / "r.zarr", mode="r")
         assert got.metadata.chunk_grid.to_dict()["name"] == "rectilinear"
         np.testing.assert_array_equal(got[...], data)
-    back = shardwise.from_zarr(tmp_path / "r.zarr")
+    back = shardwise.array.from_zarr(tmp_path / "r.zarr")
     assert back.chunks == ((10, 20, 6, 14), (12,))
     np.testing.assert_array_equal(back.compute(), data)
     # the last edge is padded to a multiple of the inner chunk
     with pytest.raises(WriteError, match="does not divide a shard edge") as info:
-        shardwise.to_zarr(x, tmp_path / "bad.zarr", chunks=(4, 12))
+        shardwise.array.to_zarr(x, tmp_path / "bad.zarr", chunks=(4, 12))
     assert "axis 0" in str(info.value)
     assert not (tmp_path / "bad.zarr").exists()
 
@@ -110,7 +110,7 @@ def test_irregular_chunks_become_a_rectilinear_grid(tmp_path):
 def test_one_task_per_shard_however_the_dask_chunks_cut_them(tmp_path):
     data = values((64, 64))
     x = da.from_array(data, chunks=(24, 40))
-    delayed = shardwise.to_zarr(
+    delayed = shardwise.array.to_zarr(
         x, tmp_path / "s.zarr", shards=(32, 32), chunks=(8, 8), compute=False
     )
     graph = dict(delayed.__dask_graph__())
@@ -130,20 +130,20 @@ def _keys(root):
 def test_modes_region_and_append(tmp_path):
     store = tmp_path / "m.zarr"
     data = values((40, 30))
-    shardwise.to_zarr(da.from_array(data, chunks=(20, 30)), store, chunks=(10, 10))
+    shardwise.array.to_zarr(da.from_array(data, chunks=(20, 30)), store, chunks=(10, 10))
     with pytest.raises(StoreExistsError, match="exists already") as info:
-        shardwise.to_zarr(da.from_array(data, chunks=10), store)
+        shardwise.array.to_zarr(da.from_array(data, chunks=10), store)
     assert isinstance(info.value, FileExistsError) and info.value.key == "zarr.json"
 
     # a region cutting shards and inner chunks: the rest of each shard is kept
     patch = values((13, 17), seed=1)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(patch, chunks=(5, 9)), store, region=(slice(12, 25), slice(4, 21))
     )
     want = data.copy()
     want[12:25, 4:21] = patch
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], want)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(patch[:, :2], chunks=5),
         store,
         mode="a",
@@ -153,14 +153,14 @@ def test_modes_region_and_append(tmp_path):
 
     # an append along axis 0 that starts inside the last shard
     more = values((25, 30), seed=2)
-    arr = shardwise.to_zarr(da.from_array(more, chunks=(7, 30)), store, append_dim=0)
+    arr = shardwise.array.to_zarr(da.from_array(more, chunks=(7, 30)), store, append_dim=0)
     want = np.concatenate([want, more])
     assert arr.shape == (65, 30)
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], want)
-    np.testing.assert_array_equal(shardwise.from_zarr(store).compute(), want)
+    np.testing.assert_array_equal(shardwise.array.from_zarr(store).compute(), want)
 
     # mode="w" replaces the array
-    shardwise.to_zarr(da.from_array(data[:5], chunks=5), store, mode="w")
+    shardwise.array.to_zarr(da.from_array(data[:5], chunks=5), store, mode="w")
     assert zarr.open_array(store, mode="r").shape == (5, 30)
 
 
@@ -168,11 +168,11 @@ def test_modes_region_and_append(tmp_path):
 def test_append_to_a_rectilinear_array_adds_the_chunks_as_shards(tmp_path):
     store = tmp_path / "r.zarr"
     first = values((30, 8))
-    shardwise.to_zarr(da.from_array(first, chunks=((10, 20), (8,))), store, chunks=(5, 8))
+    shardwise.array.to_zarr(da.from_array(first, chunks=((10, 20), (8,))), store, chunks=(5, 8))
     more = values((17, 8), seed=3)
     with pytest.raises(WriteError, match="does not divide a shard edge"):
-        shardwise.to_zarr(da.from_array(more, chunks=((12, 5), (8,))), store, append_dim=0)
-    shardwise.to_zarr(da.from_array(more, chunks=((10, 7), (8,))), store, append_dim=0)
+        shardwise.array.to_zarr(da.from_array(more, chunks=((12, 5), (8,))), store, append_dim=0)
+    shardwise.array.to_zarr(da.from_array(more, chunks=((10, 7), (8,))), store, append_dim=0)
     with rectilinear_grids():
         got = zarr.open_array(store, mode="r")
         assert got.metadata.chunk_grid.chunk_shapes[0] == (10, 20, 10, 10)  # last one padded
@@ -183,21 +183,21 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path):
     store = tmp_path / "s.zarr"
     x = da.from_array(values((20, 10)), chunks=10)
     with pytest.raises(WriteError, match="does not divide the shard size") as info:
-        shardwise.to_zarr(x, store, shards=(10, 10), chunks=(4, 5))
+        shardwise.array.to_zarr(x, store, shards=(10, 10), chunks=(4, 5))
     assert "axis 0" in str(info.value) and "Use e.g. 2" in str(info.value)
     with pytest.raises(WriteError, match="wrong number of axes"):
-        shardwise.to_zarr(x, store, shards=(10,))
+        shardwise.array.to_zarr(x, store, shards=(10,))
     with pytest.raises(WriteError, match="writes into an existing array"):
-        shardwise.to_zarr(x, store, region=(slice(0, 20),))
-    with pytest.raises(WriteError, match="options for Datasets"):
-        shardwise.to_zarr(x, store, encoding={"v": {}})
+        shardwise.array.to_zarr(x, store, region=(slice(0, 20),))
+    with pytest.raises(shardwise.errors.ArgumentError, match="encoding"):
+        shardwise.array.to_zarr(x, store, encoding={"v": {}})
     with pytest.raises(WriteError, match="options for a single dask array"):
         import xarray as xr
 
         shardwise.to_zarr(xr.Dataset({"v": ("x", np.arange(3))}), store, fill_value=1)
     assert not store.exists()
 
-    shardwise.to_zarr(x, store)
+    shardwise.array.to_zarr(x, store)
     before = {k: (store / k).read_bytes() for k in _keys(store)}
     bad = [
         ({"region": (slice(0, 5),)}, "does not fit the region"),
@@ -209,16 +209,16 @@ def test_bad_input_is_refused_before_anything_is_written(tmp_path):
     ]
     for kwargs, match in bad:
         with pytest.raises(WriteError, match=match):
-            shardwise.to_zarr(x, store, **kwargs)
+            shardwise.array.to_zarr(x, store, **kwargs)
     with pytest.raises(WriteError, match="another number of axes"):
-        shardwise.to_zarr(x[:, 0], store, mode="r+")
+        shardwise.array.to_zarr(x[:, 0], store, mode="r+")
     with pytest.raises(WriteError, match="cannot be written into the array"):
-        shardwise.to_zarr(x.astype("c8"), store, mode="r+")
+        shardwise.array.to_zarr(x.astype("c8"), store, mode="r+")
     with pytest.raises(WriteError, match="does not match the array along the other axes"):
-        shardwise.to_zarr(x[:, :5], store, append_dim=0)
+        shardwise.array.to_zarr(x[:, :5], store, append_dim=0)
     zarr.create_group(tmp_path / "g.zarr")
     with pytest.raises(WriteError, match="a group is where the array would go"):
-        shardwise.to_zarr(x, tmp_path / "g.zarr", mode="w")
+        shardwise.array.to_zarr(x, tmp_path / "g.zarr", mode="w")
     assert {k: (store / k).read_bytes() for k in _keys(store)} == before
 
 
@@ -231,30 +231,30 @@ def test_unknown_chunk_sizes_are_refused_with_dasks_advice(tmp_path):
     x = da.arange(25, chunks=10)
     y = x[x > 3]
     with pytest.raises(ValueError, match="unknown chunk sizes") as info:
-        shardwise.to_zarr(y, store, path="v")
+        shardwise.array.to_zarr(y, store, path="v")
     assert isinstance(info.value, WriteError)
     assert "compute_chunk_sizes()" in str(info.value) and "axis 0" in str(info.value)
     assert not store.exists()
     known = da.arange(25, chunks=(10, 15))[da.arange(25, chunks=(10, 15)) > 3]
     known = known.compute_chunk_sizes()
     assert known.chunks == ((6, 15),)
-    shardwise.to_zarr(known, store, path="v")
-    np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), np.arange(4, 25))
+    shardwise.array.to_zarr(known, store, path="v")
+    np.testing.assert_array_equal(shardwise.array.from_zarr(store, "v").compute(), np.arange(4, 25))
     with rectilinear_grids():  # the irregular chunks became a rectilinear grid
         np.testing.assert_array_equal(zarr.open_array(store, path="v", mode="r")[...], y.compute())
 
 
 def test_zarr_v2_unsharded(tmp_path):
     data = values((30, 20))
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(data, chunks=(7, 20)), tmp_path / "v2.zarr", zarr_format=2, chunks=(10, 10)
     )
     got = zarr.open_array(tmp_path / "v2.zarr", mode="r")
     assert got.metadata.zarr_format == 2 and got.chunks == (10, 10)
     np.testing.assert_array_equal(got[...], data)
-    np.testing.assert_array_equal(shardwise.from_zarr(tmp_path / "v2.zarr").compute(), data)
+    np.testing.assert_array_equal(shardwise.array.from_zarr(tmp_path / "v2.zarr").compute(), data)
     with pytest.raises(WriteError, match="Zarr v2 has no shards"):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.from_array(data), tmp_path / "v2b.zarr", zarr_format=2, shards=(10, 10)
         )
 
@@ -275,7 +275,7 @@ def test_from_zarr_chunks(tmp_path, chunks, want):
         tmp_path / "s.zarr", shape=data.shape, dtype="f4", shards=(32, 48), chunks=(8, 16)
     )
     z[...] = data
-    x = shardwise.from_zarr(str(tmp_path / "s.zarr"), chunks=chunks)
+    x = shardwise.array.from_zarr(str(tmp_path / "s.zarr"), chunks=chunks)
     assert x.chunks == want
     np.testing.assert_array_equal(x.compute(), data)
     np.testing.assert_array_equal(x[5:40:3, 7].compute(), da.from_zarr(z)[5:40:3, 7].compute())
@@ -287,7 +287,7 @@ def test_from_zarr_fans_out_below_one_index_task_per_shared_shard(tmp_path):
         tmp_path / "s.zarr", shape=data.shape, dtype="f4", shards=(32, 48), chunks=(8, 16)
     )
     z[...] = data
-    x = shardwise.from_zarr(tmp_path / "s.zarr", chunks="inner")
+    x = shardwise.array.from_zarr(tmp_path / "s.zarr", chunks="inner")
     index = [
         k
         for k in dict(x.__dask_graph__())
@@ -304,8 +304,8 @@ def test_from_zarr_refuses_unknown_chunks(tmp_path):
         ((2,), "wrong number of axes"),
         ({2: 1}, "axis"),
     ]:
-        with pytest.raises(shardwise.ChunksError, match=match):
-            shardwise.from_zarr(tmp_path / "s.zarr", chunks=chunks)
+        with pytest.raises(shardwise.errors.ChunksError, match=match):
+            shardwise.array.from_zarr(tmp_path / "s.zarr", chunks=chunks)
     del z
 
 
@@ -324,21 +324,21 @@ def test_any_dask_chunking_writes_what_zarr_python_reads(
     data = values(shape, seed=sum(shape))
     store = tmp_path_factory.mktemp("h") / "s.zarr"
     shard_shape = tuple(s * c for s, c in zip(shards, inner, strict=True))
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.from_array(data, chunks=dask_chunks), store, shards=shard_shape, chunks=inner
     )
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], data)
-    np.testing.assert_array_equal(shardwise.from_zarr(store, chunks="inner").compute(), data)
+    np.testing.assert_array_equal(shardwise.array.from_zarr(store, chunks="inner").compute(), data)
 
 
 def test_threads_scheduler_and_memory_store():
     store = zarr.storage.MemoryStore()
     data = values((20, 20))
     with dask.config.set(scheduler="threads"):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.from_array(data, chunks=(6, 20)), store, path="v", shards=(10, 10), chunks=(5, 5)
         )
-        np.testing.assert_array_equal(shardwise.from_zarr(store, "v").compute(), data)
+        np.testing.assert_array_equal(shardwise.array.from_zarr(store, "v").compute(), data)
 
 
 # -- the write planner the dask-array and xarray paths share (shardwise.array.decisions) ---------
@@ -382,7 +382,7 @@ def test_plan_appended_grid_keeps_regular_dimensions_only_when_asked(tmp_path):
     from shardwise.array.decisions import appended_grid, rectilinear
 
     x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (10, 10)))
-    arr = shardwise.to_zarr(x, tmp_path / "s.zarr", path="v")
+    arr = shardwise.array.to_zarr(x, tmp_path / "s.zarr", path="v")
     with rectilinear_grids():
         meta = zarr.open_array(tmp_path / "s.zarr", path="v", mode="r").metadata
     assert rectilinear(meta)
@@ -400,7 +400,7 @@ def test_both_paths_plan_the_same_rectilinear_grid(tmp_path):
     import xarray as xr
 
     x = da.from_array(values((35, 20)), chunks=((10, 20, 5), (8, 8, 4)))
-    shardwise.to_zarr(x, tmp_path / "a.zarr", path="v")
+    shardwise.array.to_zarr(x, tmp_path / "a.zarr", path="v")
     shardwise.to_zarr(xr.Dataset({"v": (("y", "x"), x)}), tmp_path / "b.zarr", consolidated=False)
     with rectilinear_grids():
         a = zarr.open_array(tmp_path / "a.zarr", path="v", mode="r").metadata

@@ -15,8 +15,7 @@ import xarray as xr
 import zarr
 
 import shardwise
-from shardwise import WriteError
-from shardwise.errors import ArgumentError, StoreExistsError
+from shardwise.errors import ArgumentError, StoreExistsError, WriteError
 
 
 def shard_keys(path):
@@ -31,15 +30,15 @@ def shard_keys(path):
 # -- where: component=, name=, a zarr.Array ----------------------------------------------------
 def test_component_and_name_are_the_path(tmp_path):
     x = da.arange(12, chunks=4)
-    shardwise.to_zarr(x, tmp_path / "s.zarr", component="a/b")
-    shardwise.to_zarr(x + 1, tmp_path / "s.zarr", name="c")
-    shardwise.to_zarr(x + 2, tmp_path / "s.zarr", path="d", component="/d/")  # the same
+    shardwise.array.to_zarr(x, tmp_path / "s.zarr", component="a/b")
+    shardwise.array.to_zarr(x + 1, tmp_path / "s.zarr", name="c")
+    shardwise.array.to_zarr(x + 2, tmp_path / "s.zarr", path="d", component="/d/")  # the same
     group = zarr.open_group(tmp_path / "s.zarr", mode="r")
     np.testing.assert_array_equal(group["a/b"][...], np.arange(12))
     np.testing.assert_array_equal(group["c"][...], np.arange(12) + 1)
     np.testing.assert_array_equal(group["d"][...], np.arange(12) + 2)
     with pytest.raises(WriteError, match="path was given twice") as info:
-        shardwise.to_zarr(x, tmp_path / "s.zarr", path="e", component="f")
+        shardwise.array.to_zarr(x, tmp_path / "s.zarr", path="e", component="f")
     assert "path='e'" in str(info.value) and "component='f'" in str(info.value)
     assert set(group) == {"a", "c", "d"}
 
@@ -49,9 +48,9 @@ def test_a_zarr_array_is_written_into(tmp_path):
     memory, whole or a region; dask's own expected values for the region writes."""
     a = da.arange(16).reshape((4, 4)).rechunk(2)
     z = zarr.zeros((4, 4), chunks=(2, 2), dtype=a.dtype)  # in memory, dask's test
-    shardwise.to_zarr(a[:2, :2], z, region=(slice(2), slice(2)))
-    shardwise.to_zarr(a[:3, 3:4], z, region=(slice(1, 4), slice(2, 3)))
-    shardwise.to_zarr(a[3:, 3:], z, region=(slice(2, 3), slice(1, 2)))
+    shardwise.array.to_zarr(a[:2, :2], z, region=(slice(2), slice(2)))
+    shardwise.array.to_zarr(a[:3, 3:4], z, region=(slice(1, 4), slice(2, 3)))
+    shardwise.array.to_zarr(a[3:, 3:], z, region=(slice(2, 3), slice(1, 2)))
     np.testing.assert_array_equal(
         z[...], [[0, 1, 0, 0], [4, 5, 3, 0], [0, 15, 7, 0], [0, 0, 11, 0]]
     )
@@ -59,38 +58,38 @@ def test_a_zarr_array_is_written_into(tmp_path):
         tmp_path / "z.zarr", shape=(40, 30), chunks=(5, 5), shards=(20, 15), dtype="f8"
     )
     data = np.random.default_rng(0).normal(size=(40, 30))
-    out = shardwise.to_zarr(da.from_array(data, chunks=(7, 11)), sharded)  # cuts shards
+    out = shardwise.array.to_zarr(da.from_array(data, chunks=(7, 11)), sharded)  # cuts shards
     assert isinstance(out, zarr.Array) and out.path == sharded.path
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "z.zarr", mode="r")[...], data)
     with pytest.raises(WriteError, match=r"zarr\.Array target was given with a path"):
-        shardwise.to_zarr(da.from_array(data), sharded, path="other")
+        shardwise.array.to_zarr(da.from_array(data), sharded, path="other")
     with pytest.raises(WriteError, match="creation options were given for an array"):
-        shardwise.to_zarr(da.from_array(data), sharded, fill_value=1.0)
+        shardwise.array.to_zarr(da.from_array(data), sharded, fill_value=1.0)
     with pytest.raises(WriteError, match="does not fit the region"):
-        shardwise.to_zarr(da.from_array(data[:5]), sharded)
+        shardwise.array.to_zarr(da.from_array(data[:5]), sharded)
 
 
 # -- how: overwrite=, mode='r' ----------------------------------------------------------------
 def test_overwrite_means_mode_w_or_w_minus(tmp_path):
     x = da.zeros((3, 3), chunks=1)
-    shardwise.to_zarr(x, tmp_path, component="t")
+    shardwise.array.to_zarr(x, tmp_path, component="t")
     with pytest.raises(StoreExistsError):
-        shardwise.to_zarr(x + 1, tmp_path, component="t", overwrite=False)
-    shardwise.to_zarr(x + 1, tmp_path, component="t", overwrite=True)
+        shardwise.array.to_zarr(x + 1, tmp_path, component="t", overwrite=False)
+    shardwise.array.to_zarr(x + 1, tmp_path, component="t", overwrite=True)
     np.testing.assert_array_equal(zarr.open_array(tmp_path, path="t")[...], np.ones((3, 3)))
     with pytest.raises(WriteError, match="overwrite= and mode= disagree"):
-        shardwise.to_zarr(x, tmp_path, component="t", overwrite=True, mode="r+")
+        shardwise.array.to_zarr(x, tmp_path, component="t", overwrite=True, mode="r+")
     with pytest.raises(WriteError, match="overwrite must be True or False"):
-        shardwise.to_zarr(x, tmp_path, component="t", overwrite="yes")
+        shardwise.array.to_zarr(x, tmp_path, component="t", overwrite="yes")
     with pytest.raises(ValueError, match="Cannot use mode 'r'"):  # dask's words
-        shardwise.to_zarr(x, tmp_path, component="t", mode="r")
+        shardwise.array.to_zarr(x, tmp_path, component="t", mode="r")
     np.testing.assert_array_equal(zarr.open_array(tmp_path, path="t")[...], np.ones((3, 3)))
 
 
 # -- zarr-python's creation arguments -----------------------------------------------------------
 def test_zarr_python_creation_arguments_as_keywords(tmp_path):
     x = da.arange(20, chunks=5)
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         x,
         tmp_path / "k.zarr",
         chunk_key_encoding={"name": "v2", "separator": "."},
@@ -103,7 +102,7 @@ def test_zarr_python_creation_arguments_as_keywords(tmp_path):
     assert shard_keys(tmp_path / "k.zarr") == ["0", "1", "2", "3"]  # v2 keys, no c/
     np.testing.assert_array_equal(z[...], np.arange(20.0))
     y = da.from_array(np.arange(12).reshape(3, 4), chunks=2)  # Zarr v2, Fortran order
-    shardwise.to_zarr(y, tmp_path / "f.zarr", zarr_format=2, order="F")
+    shardwise.array.to_zarr(y, tmp_path / "f.zarr", zarr_format=2, order="F")
     f = zarr.open_array(tmp_path / "f.zarr", mode="r")
     assert f.metadata.order == "F"
     np.testing.assert_array_equal(f[...], np.arange(12).reshape(3, 4))
@@ -112,12 +111,12 @@ def test_zarr_python_creation_arguments_as_keywords(tmp_path):
 def test_creation_arguments_are_checked_before_anything_is_written(tmp_path):
     x = da.arange(20, chunks=5)
     with pytest.raises(TypeError, match="bogus") as info:  # as Python says it
-        shardwise.to_zarr(x, tmp_path / "a.zarr", bogus=1)
+        shardwise.array.to_zarr(x, tmp_path / "a.zarr", bogus=1)
     assert isinstance(info.value, ArgumentError)
     with pytest.raises(WriteError, match="shape= is not the data's shape"):
-        shardwise.to_zarr(x, tmp_path / "a.zarr", shape=(21,))
+        shardwise.array.to_zarr(x, tmp_path / "a.zarr", shape=(21,))
     with pytest.raises(WriteError, match="dtype= cannot hold the data"):
-        shardwise.to_zarr(x.astype("f8"), tmp_path / "a.zarr", dtype="i4")
+        shardwise.array.to_zarr(x.astype("f8"), tmp_path / "a.zarr", dtype="i4")
     assert not (tmp_path / "a.zarr").exists()
     ds = xr.Dataset({"v": ("x", np.arange(3))})
     with pytest.raises(TypeError, match="bogus"):  # a Dataset takes no such keyword
@@ -134,7 +133,7 @@ def test_zarrs_default_format_is_the_default(tmp_path):
     x = da.arange(6, chunks=3)
     ds = xr.Dataset({"v": ("x", x)})
     with zarr.config.set(default_zarr_format=2):
-        shardwise.to_zarr(x, tmp_path / "a.zarr")
+        shardwise.array.to_zarr(x, tmp_path / "a.zarr")
         shardwise.to_zarr(ds, tmp_path / "d.zarr")
     assert (tmp_path / "a.zarr" / ".zarray").exists()
     assert (tmp_path / "d.zarr" / "v" / ".zarray").exists()
@@ -148,7 +147,7 @@ def test_return_stored_is_the_array_written_read_lazily(tmp_path, compute):
     data = np.random.default_rng(1).normal(size=(30, 20))
     x = da.from_array(data, chunks=(10, 10))
     path = tmp_path / "r.zarr"
-    stored = shardwise.to_zarr(x * 2, path, return_stored=True, compute=compute)
+    stored = shardwise.array.to_zarr(x * 2, path, return_stored=True, compute=compute)
     assert isinstance(stored, da.Array) and stored.chunks == x.chunks
     if not compute:  # the metadata is written, the data only when the array is computed
         assert shard_keys(path) == []
@@ -160,7 +159,7 @@ def test_return_stored_is_the_array_written_read_lazily(tmp_path, compute):
 
 def test_return_stored_of_a_region_is_the_region(tmp_path):
     z = zarr.create_array(tmp_path / "z.zarr", shape=(40,), chunks=(5,), shards=(10,), dtype="i8")
-    stored = shardwise.to_zarr(
+    stored = shardwise.array.to_zarr(
         da.arange(12, chunks=4), z, region=(slice(13, 25),), return_stored=True, compute=False
     )
     assert stored.shape == (12,)
@@ -178,7 +177,7 @@ def test_empty_dask_chunks_own_no_shard(tmp_path):
     x = da.from_array(np.linspace(-1, 1, 50), chunks=10)
     y = x[x < 0].compute_chunk_sizes()
     assert y.chunks == ((10, 10, 5, 0, 0),)
-    shardwise.to_zarr(y, tmp_path / "a.zarr")
+    shardwise.array.to_zarr(y, tmp_path / "a.zarr")
     z = zarr.open_array(tmp_path / "a.zarr", mode="r")
     assert z.shards == (10,) and shard_keys(tmp_path / "a.zarr") == ["c/0", "c/1", "c/2"]
     np.testing.assert_array_equal(z[...], np.linspace(-1, 1, 50)[:25])
@@ -198,10 +197,10 @@ def test_mode_w_refuses_to_replace_what_the_data_is_read_from(tmp_path, inline_a
     """However the source sits in the graph (a key of its own, or in every task with
     ``inline_array=True``; with index tasks or not), replacing it is refused."""
     path = tmp_path / "a.zarr"
-    shardwise.to_zarr(da.arange(40, chunks=10), path, shards=(20,), chunks=(5,))
-    x = shardwise.from_zarr(path, inline_array=inline_array, chunks=chunks)
+    shardwise.array.to_zarr(da.arange(40, chunks=10), path, shards=(20,), chunks=(5,))
+    x = shardwise.array.from_zarr(path, inline_array=inline_array, chunks=chunks)
     with pytest.raises(shardwise.errors.OverlapError):
-        shardwise.to_zarr(x + 1, path, mode="w")
+        shardwise.array.to_zarr(x + 1, path, mode="w")
     with pytest.raises(shardwise.errors.OverlapError):
         shardwise.to_zarr(xr.Dataset({"v": ("t", x)}), path, mode="w")
-    np.testing.assert_array_equal(shardwise.from_zarr(path).compute(), np.arange(40))
+    np.testing.assert_array_equal(shardwise.array.from_zarr(path).compute(), np.arange(40))

@@ -62,10 +62,10 @@ def to_zarr(
     mode=None,
     **zarr_array_kwargs,
 ):
-    """``dask.array.to_zarr``'s signature, calling ``shardwise.to_zarr``. dask's default
+    """``dask.array.to_zarr``'s signature, calling ``shardwise.array.to_zarr``. dask's default
     ``mode="a"`` creates the array and refuses one that exists (zarr-python's
     ``create_array`` without ``overwrite``): shardwise's default, ``None``, does that."""
-    return shardwise.to_zarr(
+    return shardwise.array.to_zarr(
         arr,
         url,
         component=component,
@@ -82,7 +82,7 @@ def from_zarr(
     url, component=None, storage_options=None, chunks=None, name=None, inline_array=False, **kw
 ):
     """``dask.array.from_zarr``'s signature (shardwise's has the same order)."""
-    return shardwise.from_zarr(
+    return shardwise.array.from_zarr(
         url,
         component=component,
         storage_options=storage_options,

@@ -27,11 +27,11 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_the_dask_array_writer_has_its_own_name_and_to_zarr_is_the_same_call(tmp_path):
     x = da.arange(600, dtype="i4").reshape(20, 30).rechunk((7, 11))
     a = shardwise.array.to_zarr(x, tmp_path / "a.zarr", "v", shards=(10, 15), chunks=(5, 5))
-    b = shardwise.to_zarr(x, tmp_path / "b.zarr", path="v", shards=(10, 15), chunks=(5, 5))
+    b = shardwise.array.to_zarr(x, tmp_path / "b.zarr", path="v", shards=(10, 15), chunks=(5, 5))
     assert isinstance(a, zarr.Array) and isinstance(b, zarr.Array)
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "a.zarr", path="v")[...], x.compute())
     assert _files(tmp_path / "a.zarr") == _files(tmp_path / "b.zarr")
-    assert shardwise.array.from_zarr is shardwise.from_zarr
+    assert shardwise.array.from_zarr is shardwise.array.from_zarr
 
 
 def test_store_arrays_writes_every_source_into_its_region_in_one_compute(tmp_path):
@@ -67,7 +67,7 @@ def test_store_arrays_writes_every_source_into_its_region_in_one_compute(tmp_pat
 def test_store_arrays_refuses_a_region_that_does_not_fit_before_writing(tmp_path, region):
     t = zarr.create_array(tmp_path / "s.zarr", shape=(12,), chunks=(2,), shards=(4,), dtype="i4")
     before = _files(tmp_path / "s.zarr")
-    with pytest.raises(shardwise.WriteError, match="the region does not fit the array"):
+    with pytest.raises(shardwise.errors.WriteError, match="the region does not fit the array"):
         store_arrays(
             [da.ones(10, chunks=5, dtype="i4")],
             [t],
@@ -80,7 +80,7 @@ def test_store_arrays_refuses_a_region_that_does_not_fit_before_writing(tmp_path
 
 def test_store_arrays_takes_one_target_region_and_flag_per_source(tmp_path):
     t = zarr.create_array(tmp_path / "s.zarr", shape=(4,), chunks=(2,), dtype="i4")
-    with pytest.raises(shardwise.WriteError, match="as many targets"):
+    with pytest.raises(shardwise.errors.WriteError, match="as many targets"):
         store_arrays(
             [da.ones(4, chunks=2)], [t, t], [(slice(None),)], options=WriteOptions(), fresh=[True]
         )
@@ -109,6 +109,6 @@ def test_an_array_option_given_with_a_dataset_is_refused_whatever_its_value(tmp_
     """The dispatch tells given from not given by identity: a numpy value (which ``in``
     would compare element by element) or a 0 is refused as any other."""
     ds = xr.Dataset({"v": ("t", da.zeros(4, chunks=2))})
-    with pytest.raises(shardwise.WriteError, match="options for a single dask array"):
+    with pytest.raises(shardwise.errors.WriteError, match="options for a single dask array"):
         shardwise.to_zarr(ds, tmp_path / "s.zarr", fill_value=value)
     assert not (tmp_path / "s.zarr").exists()

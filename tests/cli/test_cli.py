@@ -945,7 +945,7 @@ def _fail(run, what):
     if what == "interrupt":
         raise KeyboardInterrupt
     if what == "shardwise":
-        raise shardwise.CorruptShardError(
+        raise shardwise.errors.CorruptShardError(
             "bad entry\nover two lines", array="v", key="v/c/0", advice="Rewrite it."
         )
     if what == "other":

@@ -11,9 +11,9 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 import shardwise._compat as _compat
-from shardwise import CorruptShardError
 from shardwise.codecs import ChunkDecoder, ChunkEncoder, decoded_size
 from shardwise.codecs._index import index_format_from_codecs
+from shardwise.errors import CorruptShardError
 
 zstandard = pytest.importorskip("zstandard")
 

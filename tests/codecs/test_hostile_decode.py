@@ -45,9 +45,10 @@ from zarr.codecs.numcodecs import LZ4, Zlib
 from zarr.core.dtype import Float64, UInt8
 
 import shardwise
-from shardwise import ArrayReader, CorruptShardError, ReadOptions, TruncatedShardError
+from shardwise import ArrayReader, ReadOptions
 from shardwise.codecs import ChunkDecoder, ShardDecoder, decoded_size
 from shardwise.codecs._decompress import compressed_bound
+from shardwise.errors import CorruptShardError, TruncatedShardError
 from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat
 from shardwise.testing import CountingStore
 from test_corruption import READERS  # the four read paths: whole shards, ranges, engine, fan-out
@@ -438,7 +439,7 @@ for path in bombs:
         try:
             read(path)
             print(json.dumps([path, name, "no error"]))
-        except shardwise.CorruptShardError as e:
+        except shardwise.errors.CorruptShardError as e:
             print(json.dumps([path, name, type(e).__name__, e.key, list(e.chunk or ()), str(e)]))
         except BaseException as e:
             print(json.dumps([path, name, type(e).__name__, str(e)[:200]]))

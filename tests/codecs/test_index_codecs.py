@@ -24,15 +24,14 @@ from zarr.abc.codec import BytesBytesCodec
 from zarr.codecs import BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec, TransposeCodec
 
 import shardwise
-from shardwise import (
+from shardwise import ShardwiseError, _compat
+from shardwise.codecs import ZarrIndexFormat, index_format_from_codecs
+from shardwise.errors import (
     ChecksumError,
     CorruptShardError,
-    ShardwiseError,
     TruncatedShardError,
-    _compat,
+    UnsupportedCodecError,
 )
-from shardwise.codecs import ZarrIndexFormat, index_format_from_codecs
-from shardwise.errors import UnsupportedCodecError
 from shardwise.format.index import IndexFormat
 from shardwise.io.stores import ReadOptions
 
@@ -172,8 +171,8 @@ def test_array_reader_reads_what_zarr_python_reads(written):
 
 def test_from_zarr_reads_what_zarr_python_reads(written):
     expected = written.zarr_values()
-    np.testing.assert_array_equal(shardwise.from_zarr(written.path, "v").compute(), expected)
-    x = shardwise.from_zarr(written.path, "v", chunks=(2, 4))  # dask chunks inside shards
+    np.testing.assert_array_equal(shardwise.array.from_zarr(written.path, "v").compute(), expected)
+    x = shardwise.array.from_zarr(written.path, "v", chunks=(2, 4))  # dask chunks inside shards
     np.testing.assert_array_equal(x.compute(), expected)
 
 
@@ -193,7 +192,9 @@ def test_region_write_merges_into_shards_zarr_python_reads(written):
     new = -np.arange(1, 10 * 5 + 1, dtype="i4").reshape(10, 5)
     new[0:1, 0:1] = 0  # a fill value, in a chunk that also holds other values
     region = (slice(3, 13), slice(1, 6))  # partial shards, partial inner chunks, a new shard
-    shardwise.to_zarr(da.from_array(new, chunks=(3, 5)), written.path, path="v", region=region)
+    shardwise.array.to_zarr(
+        da.from_array(new, chunks=(3, 5)), written.path, path="v", region=region
+    )
     expected = before.copy()
     expected[region] = new
     np.testing.assert_array_equal(written.zarr_values(), expected)
@@ -246,7 +247,7 @@ def test_corrupt_index_is_a_checksum_error(tmp_path, name, location):
         assert info.value.array == "v" and info.value.key.endswith(key)
         assert isinstance(info.value, ShardwiseError) and isinstance(info.value, ValueError)
     with pytest.raises(ChecksumError):
-        shardwise.from_zarr(w.path, "v").compute()
+        shardwise.array.from_zarr(w.path, "v").compute()
     for decode in (False, True):
         report = shardwise.verify(w.path, decode=decode)
         assert [(p.key.endswith(key), p.error) for p in report.problems] == [
@@ -319,7 +320,7 @@ def test_a_zarr_json_with_a_compressed_index_is_refused_at_open(tmp_path):
         shardwise.ArrayReader.open(w.path, "v")
     assert isinstance(info.value, ValueError) and info.value.array == "v"
     with pytest.raises(UnsupportedCodecError, match=fixed):
-        shardwise.from_zarr(w.path, "v")
+        shardwise.array.from_zarr(w.path, "v")
     with pytest.raises(UnsupportedCodecError, match=fixed):
         xr.open_dataset(w.path, engine="shardwise", consolidated=False)
 
@@ -379,7 +380,7 @@ def test_codecs_without_synchronous_methods(async_only):
     assert shardwise.verify(w.path).ok and shardwise.verify(w.path, decode=True).ok
     assert shardwise.inventory(w.path, "v")["present"].values.sum() == 17
     new = np.full((4, 4), 7, dtype="i4")
-    shardwise.to_zarr(da.from_array(new), w.path, path="v", region=(slice(0, 4), slice(0, 4)))
+    shardwise.array.to_zarr(da.from_array(new), w.path, path="v", region=(slice(0, 4), slice(0, 4)))
     expected[0:4, 0:4] = 7
     np.testing.assert_array_equal(w.zarr_values(), expected)
     _flip_index_byte(w)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import zarr
 
-from shardwise import ChecksumError, CorruptShardError, TruncatedShardError
+from shardwise.errors import ChecksumError, CorruptShardError, TruncatedShardError
 from shardwise.format.index import EMPTY, MAX_OBJECT, IndexFormat, check_entries
 
 

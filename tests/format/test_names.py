@@ -224,7 +224,7 @@ def refusals(src, dst):
         ("open_source", lambda: open_source(src)),
         ("inventory", lambda: shardwise.inventory(src)),
         ("info", lambda: shardwise.info(src)),
-        ("migrate", lambda: shardwise.migrate(src, dst)),
+        ("migrate", lambda: shardwise.tools.migrate.migrate(src, dst)),
         ("reshard", lambda: shardwise.reshard(src, dst)),
         ("engine", lambda: xr.open_datatree(src, engine="shardwise", chunks={})),
     ]:
@@ -285,7 +285,7 @@ def test_a_draft_group_named_dotdot(tmp_path):
     (src / "meta/root/g.group.json").write_text('{"attributes": {}}')
     (src / "meta/root/...group.json").write_text('{"attributes": {}}')
     with pytest.raises(UnsafeNameError) as err:
-        shardwise.migrate(src, tmp_path / "dst")
+        shardwise.tools.migrate.migrate(src, tmp_path / "dst")
     assert err.value.array == ".." and err.value.key == "meta/root/...group.json"
     assert not (tmp_path / "dst").exists()
 
@@ -393,7 +393,7 @@ def test_one_damaged_document_among_many(tmp_path, damage):
     assert path == "b" and "b/zarr.json" in why and "cannot be read" in why
     assert "b/zarr.json" in str(found)
     assert shardwise.inventory(tmp_path / "s.zarr", "a").attrs["chunks_present"] == 3
-    assert set(shardwise.inventories(tmp_path / "s.zarr")) == {"a", "c", "sub/d"}
+    assert set(shardwise.tools.inventory.inventories(tmp_path / "s.zarr")) == {"a", "c", "sub/d"}
     with pytest.raises(UnsupportedArrayError, match=r"b/zarr\.json"):
         shardwise.inventory(tmp_path / "s.zarr", "b")
     report = shardwise.reshard(tmp_path / "s.zarr", tmp_path / "dst", variables=["a", "sub/d"])

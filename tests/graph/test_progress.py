@@ -33,9 +33,9 @@ def done_of(err: str, desc: str) -> tuple[int, int]:
 def test_off_by_default_and_a_bar_when_asked(tmp_path, capsys):
     x = da.arange(64, chunks=8, dtype="f4")
     with dask.config.set(scheduler="threads"):
-        shardwise.to_zarr(x, str(tmp_path / "a.zarr"), path="v", shards=(16,), chunks=(8,))
+        shardwise.array.to_zarr(x, str(tmp_path / "a.zarr"), path="v", shards=(16,), chunks=(8,))
         assert capsys.readouterr().err == ""
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             x, str(tmp_path / "b.zarr"), path="v", shards=(16,), chunks=(8,), progress=True
         )
     done, total = done_of(capsys.readouterr().err, "to_zarr")
@@ -57,7 +57,7 @@ def test_reshard_and_migrate(tmp_path, capsys):
         assert report.shards > 0
         done, total = done_of(capsys.readouterr().err, "reshard")
         assert done == total > 0
-        shardwise.migrate(LEGACY / "sparse", tmp_path / "m.zarr", progress=True)
+        shardwise.tools.migrate.migrate(LEGACY / "sparse", tmp_path / "m.zarr", progress=True)
         done, total = done_of(capsys.readouterr().err, "migrate")
         assert done == total > 0
 
@@ -74,7 +74,7 @@ def test_a_distributed_client_reports_progress(tmp_path, capsys):
         distributed.Client(cluster),
     ):
         x = da.arange(64, chunks=8, dtype="f4")
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             x, str(tmp_path / "d.zarr"), path="v", shards=(16,), chunks=(8,), progress=True
         )
     done, total = done_of(capsys.readouterr().err, "to_zarr")
@@ -85,7 +85,7 @@ def test_a_distributed_client_reports_progress(tmp_path, capsys):
 def test_verify_and_inventory(tmp_path, capsys):
     store = str(tmp_path / "v.zarr")
     x = da.arange(96, chunks=8, dtype="f4").reshape(12, 8)
-    shardwise.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
+    shardwise.array.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
     capsys.readouterr()
     assert shardwise.verify(store).ok
     shardwise.inventory(store, "v")
@@ -117,7 +117,7 @@ def test_a_notebook_kernel_shows_the_bar(tmp_path):
         pytest.skip("ipywidgets is installed: the bar is a widget")
     store = str(tmp_path / "v.zarr")
     x = da.arange(96, chunks=8, dtype="f4").reshape(12, 8)
-    shardwise.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
+    shardwise.array.to_zarr(x, store, path="v", shards=(4, 8), chunks=(2, 4))  # 3 shards
     code = f"import shardwise\nassert shardwise.verify({store!r}, progress=True).ok"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     nbclient.NotebookClient(nb, kernel_name="python3", timeout=120).execute()

@@ -67,8 +67,8 @@ def counted(monkeypatch):
 def both(tmp_path, x, **kwargs):
     """Write ``x`` (a plain read) and ``x + 0`` (the general path) with ``kwargs``;
     return the two stores' files."""
-    shardwise.to_zarr(x, tmp_path / "stored.zarr", **kwargs)
-    shardwise.to_zarr(x + 0, tmp_path / "general.zarr", **kwargs)
+    shardwise.array.to_zarr(x, tmp_path / "stored.zarr", **kwargs)
+    shardwise.array.to_zarr(x + 0, tmp_path / "general.zarr", **kwargs)
     return files(tmp_path / "stored.zarr"), files(tmp_path / "general.zarr")
 
 
@@ -78,7 +78,7 @@ def test_same_layout_recodes_every_shard_byte_for_byte(
     tmp_path, counted, inline, write_empty_chunks
 ):
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr", inline_array=inline)
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr", inline_array=inline)
     assert stored_reader(x) is not None
     stored, general = both(
         tmp_path,
@@ -99,7 +99,7 @@ def test_another_fill_value_keeps_the_values(tmp_path, counted):
     """An absent stored chunk is the source's fill value; the target's fill value only
     pads what lies past the array's end."""
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr")
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr")
     stored, general = both(tmp_path, x, shards=(10, 15, 20), chunks=(5, 5, 10), fill_value=3)
     assert stored == general
     assert counted["read"] == 0
@@ -108,7 +108,7 @@ def test_another_fill_value_keeps_the_values(tmp_path, counted):
 
 def test_bigger_shards_of_the_same_inner_chunks(tmp_path, counted):
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr", chunks={0: 20, 1: 45})
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr", chunks={0: 20, 1: 45})
     stored, general = both(tmp_path, x, shards=(20, 45, 20), chunks=(5, 5, 10))
     assert stored == general
     assert counted["read"] == 0 and counted["recoded"] == 3
@@ -117,7 +117,7 @@ def test_bigger_shards_of_the_same_inner_chunks(tmp_path, counted):
 
 def test_other_inner_chunks_read_the_block(tmp_path, counted):
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr")
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr")
     stored, general = both(tmp_path, x, shards=(10, 15, 20), chunks=(10, 5, 10))
     assert stored == general
     assert counted["recoded"] == 0 and counted["read"] == 5 * 3
@@ -127,9 +127,9 @@ def test_other_inner_chunks_read_the_block(tmp_path, counted):
 def test_blocks_that_cut_shards(tmp_path, counted):
     """Dask chunks of half a shard: no plain read (index tasks), the general path."""
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr", chunks={0: 5})
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr", chunks={0: 5})
     assert stored_reader(x) is None
-    shardwise.to_zarr(x, tmp_path / "out.zarr", shards=(10, 15, 20), chunks=(5, 5, 10))
+    shardwise.array.to_zarr(x, tmp_path / "out.zarr", shards=(10, 15, 20), chunks=(5, 5, 10))
     assert counted == {"recoded": 0, "read": 0}
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[...], want)
 
@@ -138,7 +138,7 @@ def test_target_shards_the_blocks_cut(tmp_path, counted):
     """Blocks of one source shard, target shards of two: each block hands its part of
     them on, but for the last row of target shards (rows 40-50), which one block covers."""
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr")
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr")
     stored, general = both(tmp_path, x, shards=(20, 15, 20), chunks=(5, 5, 10))
     assert stored == general
     assert counted["recoded"] == 3 and counted["read"] == 4 * 3
@@ -152,7 +152,7 @@ def test_unsharded_sources(tmp_path, counted, fmt):
         tmp_path / "src.zarr", shape=data.shape, chunks=(8, 10), dtype="f4", zarr_format=fmt
     )
     z[...] = data
-    x = shardwise.from_zarr(tmp_path / "src.zarr", chunks={0: 16, 1: 30})
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr", chunks={0: 16, 1: 30})
     stored, general = both(tmp_path, x, shards=(16, 30), chunks=(8, 10))
     assert stored == general
     assert counted["read"] == 0 and counted["recoded"] == 3
@@ -162,11 +162,11 @@ def test_unsharded_sources(tmp_path, counted, fmt):
 def test_appends_and_regions(tmp_path, counted):
     """Into an existing array at an offset: whole target shards from stored chunks."""
     want = source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr")
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr")
     for name in ("stored.zarr", "general.zarr"):
-        shardwise.to_zarr(x + 0, tmp_path / name, shards=(10, 15, 20), chunks=(5, 5, 10))
-    shardwise.to_zarr(x, tmp_path / "stored.zarr", append_dim=0)
-    shardwise.to_zarr(x + 0, tmp_path / "general.zarr", append_dim=0)
+        shardwise.array.to_zarr(x + 0, tmp_path / name, shards=(10, 15, 20), chunks=(5, 5, 10))
+    shardwise.array.to_zarr(x, tmp_path / "stored.zarr", append_dim=0)
+    shardwise.array.to_zarr(x + 0, tmp_path / "general.zarr", append_dim=0)
     assert files(tmp_path / "stored.zarr") == files(tmp_path / "general.zarr")
     assert counted["recoded"] == 5 * 3 and counted["read"] == 0
     np.testing.assert_array_equal(
@@ -174,7 +174,7 @@ def test_appends_and_regions(tmp_path, counted):
     )
     # a region whose start is no multiple of the inner chunk: no stored chunk fits
     counted.update(recoded=0, read=0)
-    y = shardwise.from_zarr(tmp_path / "src.zarr")[:10]
+    y = shardwise.array.from_zarr(tmp_path / "src.zarr")[:10]
     z = zarr.create_array(
         tmp_path / "r.zarr",
         shape=(30, 45, 20),
@@ -184,7 +184,7 @@ def test_appends_and_regions(tmp_path, counted):
         fill_value=7,
     )
     assert stored_reader(y) is None  # a slice of the read: computed on
-    shardwise.to_zarr(y, z, region=(slice(3, 13), slice(None), slice(None)))
+    shardwise.array.to_zarr(y, z, region=(slice(3, 13), slice(None), slice(None)))
     np.testing.assert_array_equal(z[3:13], want[:10])
 
 
@@ -195,14 +195,14 @@ def test_another_dtype_is_computed_on(tmp_path, counted):
     z = zarr.create_array(
         tmp_path / "f.zarr", shape=want.shape, chunks=(5, 5, 10), shards=(10, 15, 20), dtype="f8"
     )
-    shardwise.to_zarr(shardwise.from_zarr(tmp_path / "src.zarr"), z, mode="r+")
+    shardwise.array.to_zarr(shardwise.array.from_zarr(tmp_path / "src.zarr"), z, mode="r+")
     assert counted == {"recoded": 0, "read": 0}
     np.testing.assert_array_equal(z[...], want.astype("f8"))
 
 
 def test_a_computed_array_is_no_plain_read(tmp_path):
     source(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(tmp_path / "src.zarr")
+    x = shardwise.array.from_zarr(tmp_path / "src.zarr")
     assert stored_reader(x) is not None
     assert stored_reader(x + 1) is None
     assert stored_reader(x[:5]) is None

@@ -303,7 +303,7 @@ def _edit_index(path, key, n, edit):
 def test_bad_index_entries_are_errors_naming_array_key_and_chunk(tmp_path, edit, error, chunk):
     path = _copy(tmp_path, "compressors")
     _edit_index(path, "data/root/none/c0/0", 4, edit)
-    with pytest.raises(shardwise.CorruptShardError) as err:
+    with pytest.raises(shardwise.errors.CorruptShardError) as err:
         shardwise.ArrayReader.open(path, "none")[...]
     assert type(err.value).__name__ == error
     assert err.value.array == "none" and err.value.key == "data/root/none/c0/0"

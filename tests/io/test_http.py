@@ -139,7 +139,7 @@ def test_a_warm_point_read_is_one_request_and_a_replaced_shard_is_read_again(ser
     assert reader[71, 6] == values[71, 6]
     assert [(r[2], r[3]) for r in server.since(mark)] == [(etag, 206)]  # index cached
     # another job replaces the shard: the cached index's version is gone
-    shardwise.to_zarr(
+    shardwise.array.to_zarr(
         da.full((32, 32), -1, dtype="f4", chunks=32),
         path,
         path="v",
@@ -171,7 +171,7 @@ def test_xarray_reads_through_the_engine_without_listing(served, via):
 def test_writing_to_an_http_url_is_refused(served):
     server, _, _ = served
     with pytest.raises((shardwise.ShardwiseError, NotImplementedError, OSError)):
-        shardwise.to_zarr(da.zeros(4, chunks=2), f"{server.url}/new.zarr", path="v")
+        shardwise.array.to_zarr(da.zeros(4, chunks=2), f"{server.url}/new.zarr", path="v")
 
 
 def test_obstore_http_store(served):

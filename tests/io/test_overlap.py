@@ -192,7 +192,9 @@ def test_reshard_api_with_store_objects(tmp_path):
             shardwise.reshard(str(src), dst, mode="w")
         assert isinstance(info.value, ShardwiseError) and isinstance(info.value, ValueError)
     with pytest.raises(OverlapError):
-        shardwise.migrate(LEGACY / "compressors", LEGACY / "compressors" / "x", mode="w")
+        shardwise.tools.migrate.migrate(
+            LEGACY / "compressors", LEGACY / "compressors" / "x", mode="w"
+        )
     assert snapshot(tmp_path) == before
 
 
@@ -256,15 +258,15 @@ def test_to_zarr_w_refuses_to_replace_what_it_reads(tmp_path, how, where):
 
 def test_dask_array_to_zarr_w_refuses_its_source(tmp_path):
     src = make_v3(tmp_path / "src.zarr")
-    x = shardwise.from_zarr(src, "v")
+    x = shardwise.array.from_zarr(src, "v")
     before = snapshot(tmp_path)
     with pytest.raises(OverlapError):
-        shardwise.to_zarr(x + 1, src, path="v", mode="w")
+        shardwise.array.to_zarr(x + 1, src, path="v", mode="w")
     with pytest.raises(OverlapError):
-        shardwise.to_zarr(x + 1, src, path="", mode="w")
+        shardwise.array.to_zarr(x + 1, src, path="", mode="w")
     assert snapshot(tmp_path) == before
     # elsewhere it writes
-    out = shardwise.to_zarr(x + 1, tmp_path / "out.zarr", path="v", mode="w")
+    out = shardwise.array.to_zarr(x + 1, tmp_path / "out.zarr", path="v", mode="w")
     np.testing.assert_array_equal(out[...], zarr.open_array(src, path="v")[...] + 1)
 
 
@@ -338,9 +340,9 @@ def test_overwrite_on_s3_removes_only_what_is_under_dst(s3, bucket, tmp_path, cl
 
     if client == "s3fs" and dst_name != "dst.zarr":
         # fsspec's rm would expand the pattern (before: dst1.zarr and dst2.zarr deleted)
-        with pytest.raises(shardwise.WriteError, match="glob character"):
+        with pytest.raises(shardwise.errors.WriteError, match="glob character"):
             overwrite()
-        with pytest.raises(shardwise.WriteError, match="glob character"):
+        with pytest.raises(shardwise.errors.WriteError, match="glob character"):
             ds = xr.Dataset({"v": ("x", np.arange(3))})
             shardwise.to_zarr(ds, dst.url, mode="w", storage_options=dst.options())
     else:  # obstore removes by listing the prefix

@@ -60,7 +60,7 @@ def test_an_error_in_a_read_thread_reaches_the_caller(tmp_path):
     raw = bytearray(shard.read_bytes())
     raw[-3] ^= 0xFF  # the index checksum
     shard.write_bytes(bytes(raw))
-    with pytest.raises(shardwise.ChecksumError) as info:
+    with pytest.raises(shardwise.errors.ChecksumError) as info:
         ArrayReader.open(tmp_path / "a.zarr", "v", options=ReadOptions(threads=4))[...]
     assert info.value.key == "v/c/3/1/1"
 

@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import ChecksumError, TruncatedShardError
-from shardwise.errors import ArrayChoiceError
+from shardwise.errors import ArrayChoiceError, ChecksumError, TruncatedShardError
 from shardwise.io.sources import open_source
 from shardwise.testing import CountingStore
 from shardwise.tools.inventory import summary
@@ -394,7 +393,7 @@ def test_draft_store():
     assert plain.attrs["object_bytes"] > plain.attrs["total_bytes"]
     assert "no index entry points to" in summary(plain)
 
-    both = shardwise.inventories(LEGACY / "hierarchy")
+    both = shardwise.tools.inventory.inventories(LEGACY / "hierarchy")
     assert set(both) == {"surface/counts", "deep/inside/flags"}
     doc = json.loads((LEGACY / "hierarchy/meta/root/surface/counts.array.json").read_text())
     per = doc["storage_transformers"][0]["configuration"]["chunks_per_shard"]
@@ -713,7 +712,7 @@ def test_arrays_shardwise_cannot_read(tmp_path):
     assert "names  (cannot be read by shardwise)" in text
     with pytest.raises(shardwise.errors.UnsupportedArrayError):
         shardwise.inventory(tmp_path, "names")
-    assert set(shardwise.inventories(tmp_path)) == {"n"}
+    assert set(shardwise.tools.inventory.inventories(tmp_path)) == {"n"}
     assert shardwise.inventory(tmp_path, "n").attrs["chunks_present"] == 1
 
 

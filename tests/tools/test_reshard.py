@@ -267,7 +267,7 @@ def test_one_task_per_target_shard_and_one_read_per_source_object(tmp_path):
     counting.log.clear()
     with dask.config.set(scheduler="sync"):
         (report,) = dask.compute(delayed)  # (a delayed, as to_zarr's: the report)
-    assert isinstance(report, shardwise.ReshardReport)
+    assert isinstance(report, shardwise.tools.reshard.ReshardReport)
     assert len(tasks) == report.shards == report.shards_written
     per_key = counting.log.per_key()
     stored = {"t/" + ".".join(map(str, c)) for c in stored_chunks("v2", src, "t")}
@@ -287,7 +287,7 @@ def test_refusals_before_writing(tmp_path):
         ({"variables": ["nope"]}, "does not have"),
         ({"mode": "r+"}, "unknown mode"),
     ]:
-        with pytest.raises(shardwise.WriteError, match=match):
+        with pytest.raises(shardwise.errors.WriteError, match=match):
             shardwise.reshard(src, dst, **kwargs)
         assert not dst.exists()
     shardwise.reshard(src, dst)
@@ -489,7 +489,7 @@ def giant_shards(path: Path, extent: int = 40) -> Path:
     "sizes, error",
     [
         ({}, shardwise.errors.TooLargeError),  # inner chunks of 8: 2**59 of them per shard
-        ({"chunks": {"t": 40}}, shardwise.WriteError),  # 2**62 is no multiple of 40
+        ({"chunks": {"t": 40}}, shardwise.errors.WriteError),  # 2**62 is no multiple of 40
     ],
 )
 def test_shards_of_two_to_the_62_are_refused_naming_the_document(tmp_path, sizes, error):

@@ -88,7 +88,7 @@ def test_flipped_byte_in_an_inner_chunk(tmp_path):
     assert problem.error == "ChecksumError" and problem.array == "v"
     assert problem.chunk is not None
     # the chunk named is the one a read fails on
-    with pytest.raises(shardwise.ChecksumError) as info:
+    with pytest.raises(shardwise.errors.ChecksumError) as info:
         shardwise.ArrayReader.open(tmp_path / "s.zarr", "v")[10:20]
     assert info.value.chunk == problem.chunk
     assert "v/c/1/0 inner chunk" in str(report)
@@ -219,5 +219,5 @@ def test_a_shard_shorter_than_its_index(tmp_path):
     (problem,) = report.problems
     assert problem.key == "v/c/1/0" and problem.error == "TruncatedShardError"
     assert "shorter than its index" in problem.message
-    with pytest.raises(shardwise.TruncatedShardError, match="shorter than its index"):
+    with pytest.raises(shardwise.errors.TruncatedShardError, match="shorter than its index"):
         shardwise.inventory(tmp_path / "s.zarr")

@@ -39,7 +39,7 @@ def sparse_array(tmp_path, name="v"):
 def test_shard_view_counts_each_shard(tmp_path):
     store = sparse_array(tmp_path)
     inv = shardwise.inventory(store, "v")
-    view = shardwise.shard_view(inv)
+    view = shardwise.tools.views.shard_view(inv)
     assert view["chunks_stored"].shape == (2, 2)
     np.testing.assert_array_equal(view["chunks_stored"].values, [[2, 0], [0, 1]])
     np.testing.assert_array_equal(view["chunks"].values, [[2, 2], [2, 2]])
@@ -52,7 +52,7 @@ def test_shard_view_counts_each_shard(tmp_path):
 def test_shard_grid_svg_draws_states_and_tooltips(tmp_path):
     store = sparse_array(tmp_path)
     inv = shardwise.inventory(store, "v")
-    grid = shardwise.shard_grid(inv, damaged=[(0, 1)])
+    grid = shardwise.tools.views.shard_grid(inv, damaged=[(0, 1)])
     cells = rects(grid.svg())
     assert len(cells) == 4
     fills = [c.get("fill") for c in cells]
@@ -109,7 +109,7 @@ def test_reprs_of_info_verify_and_reader(tmp_path):
     store = tmp_path / "r.zarr"
     name = "a<b>&c"
     x = da.arange(48, chunks=12, dtype="f4").reshape(8, 6)
-    shardwise.to_zarr(x, str(store), path=name, shards=(4, 3), chunks=(2, 3))
+    shardwise.array.to_zarr(x, str(store), path=name, shards=(4, 3), chunks=(2, 3))
     info = shardwise.info(store)
     page = info._repr_html_()
     assert "<b>shardwise info</b>" in page and "a&lt;b&gt;&amp;c" in page and "<b>&" not in page
@@ -137,7 +137,7 @@ def test_a_verify_report_marks_its_shards_damaged(tmp_path):
         victim.write_bytes(bytes(raw))
     report = shardwise.verify(other, decode=True)
     assert report.damaged_shards("v") == [(1, 1)] and report.damaged_shards("/w") == [(0, 0)]
-    grid = shardwise.shard_grid(shardwise.inventory(store, "w"), report)
+    grid = shardwise.tools.views.shard_grid(shardwise.inventory(store, "w"), report)
     fills = [c.get("fill") for c in rects(grid.svg())]
     assert fills[0] == "#d62728" and fills.count("#d62728") == 1
     assert "damaged shards" in grid._repr_html_()

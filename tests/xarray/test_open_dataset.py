@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
-from shardwise import ChunksError
-from shardwise.errors import ChunkRoundingWarning
+from shardwise.errors import ChunkRoundingWarning, ChunksError
 from shardwise.io.cache import SUPPLIED
 from shardwise.testing import CountingStore
 

@@ -309,9 +309,9 @@ def test_datatree_shards_and_chunks_by_dimension(tmp_path):
         assert (arr.shards, arr.chunks) == (shape, (5, *shape[1:]))
     back = xr.open_datatree(tmp_path / "t.zarr", engine="shardwise", consolidated=False)
     xr.testing.assert_identical(back.load(), tree)
-    with pytest.raises(shardwise.WriteError, match=r"no node of the tree has.*\['t', 'z'\]"):
+    with pytest.raises(shardwise.errors.WriteError, match=r"no node of the tree has.*\['t', 'z'\]"):
         shardwise.to_zarr(tree, tmp_path / "n.zarr", shards={"x": 15})
-    with pytest.raises(shardwise.WriteError, match=r"no node of the tree has"):
+    with pytest.raises(shardwise.errors.WriteError, match=r"no node of the tree has"):
         shardwise.to_zarr(tree, tmp_path / "n.zarr", chunks={"t": 0})
     assert not (tmp_path / "n.zarr").exists()
 
@@ -358,8 +358,8 @@ def test_datatree_refuses_options_it_would_drop(tmp_path):
     """Array-only options and commit= are refused for a DataTree, as for a Dataset,
     before anything is written, rather than dropped."""
     tree = xr.DataTree.from_dict({"/a": xr.Dataset({"v": ("t", np.arange(4.0))})})
-    with pytest.raises(shardwise.WriteError, match="options for a single dask array"):
+    with pytest.raises(shardwise.errors.WriteError, match="options for a single dask array"):
         shardwise.to_zarr(tree, tmp_path / "t.zarr", fill_value=1.0)
-    with pytest.raises(shardwise.WriteError, match="commit= is for Icechunk sessions"):
+    with pytest.raises(shardwise.errors.WriteError, match="commit= is for Icechunk sessions"):
         shardwise.to_zarr(tree, tmp_path / "t.zarr", commit="x")
     assert not (tmp_path / "t.zarr").exists()

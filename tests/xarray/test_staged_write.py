@@ -219,10 +219,10 @@ def test_a_failed_dask_array_write_leaves_no_array(tmp_path, mode):
     path = tmp_path / "a.zarr"
     opts = {"path": "v", "mode": mode, "shards": (200,), "chunks": (50,)}
     with pytest.raises(RuntimeError, match="worker lost"):
-        shardwise.to_zarr(x.map_blocks(boom, dtype="f4"), path, **opts)
+        shardwise.array.to_zarr(x.map_blocks(boom, dtype="f4"), path, **opts)
     assert not path.exists() or files(path) == []
     store = CountingStore(LocalStore(path))
-    shardwise.to_zarr(x, store, **opts)
+    shardwise.array.to_zarr(x, store, **opts)
     puts = [r.key for r in store.log.requests if r.op == "set"]
     assert puts[-2:] == ["v/zarr.json", "zarr.json"], puts
     assert len(puts) == 7  # five shards, then the documents

@@ -18,9 +18,9 @@ from zarr.storage import LocalStore, MemoryStore
 
 import shardwise
 from bounded import join_all
-from shardwise import WriteError, _compat
+from shardwise import _compat
 from shardwise.codecs import ShardDecoder
-from shardwise.errors import StoreExistsError
+from shardwise.errors import StoreExistsError, WriteError
 from shardwise.format.grid import auto_chunks, auto_shards
 from shardwise.format.metadata import ArrayInfo
 from shardwise.testing import CountingStore
@@ -246,8 +246,8 @@ def test_a_store_with_no_read_only_copy_is_written_and_read(tmp_path):
 
     other = _NoReadOnlyCopy(LocalStore(tmp_path / "a.zarr"))
     block = da.ones((200, 4), chunks=(100, 4), dtype="f4")
-    shardwise.to_zarr(block, other, mode="w", shards=(100, 4))
-    shardwise.to_zarr(block * 3, other, mode="r+", region=(slice(0, 200), slice(0, 4)))
+    shardwise.array.to_zarr(block, other, mode="w", shards=(100, 4))
+    shardwise.array.to_zarr(block * 3, other, mode="r+", region=(slice(0, 200), slice(0, 4)))
     np.testing.assert_array_equal(zarr.open_array(LocalStore(tmp_path / "a.zarr"))[:], 3)
 
 

@@ -39,7 +39,7 @@ def test_shardwise_writes_everyone_reads(tmp_path, shape, use_dask, zarr_format,
             got = xr.open_dataset(path, engine=engine, chunks=chunks, consolidated=False)
             xr.testing.assert_identical(got.load(), want)
     assert zarr.open_array(path, path="v", mode="r").shape == shape
-    assert shardwise.from_zarr(path, "v").compute().shape == shape
+    assert shardwise.array.from_zarr(path, "v").compute().shape == shape
     assert shardwise.ArrayReader.open(path, "v")[...].shape == shape
 
 
@@ -66,7 +66,7 @@ def test_zarr_python_writes_sharded_empty_arrays(tmp_path, shape):
         dtype="i2",
     )
     assert shardwise.ArrayReader.open(tmp_path / "z.zarr")[...].shape == shape
-    got = shardwise.from_zarr(tmp_path / "z.zarr")
+    got = shardwise.array.from_zarr(tmp_path / "z.zarr")
     assert got.shape == shape and got.compute().shape == shape
     np.testing.assert_array_equal(got.compute(), z[...])
 
@@ -79,10 +79,12 @@ def test_zarr_python_writes_sharded_empty_arrays(tmp_path, shape):
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_empty_dask_arrays(tmp_path, x, zarr_format):
     """dask's own cases (``test_zarr_empty_array``), both formats."""
-    shardwise.to_zarr(x, tmp_path / "a.zarr", zarr_format=zarr_format)
+    shardwise.array.to_zarr(x, tmp_path / "a.zarr", zarr_format=zarr_format)
     z = zarr.open_array(tmp_path / "a.zarr", mode="r")
     assert z.shape == x.shape and z.metadata.zarr_format == zarr_format
-    np.testing.assert_array_equal(shardwise.from_zarr(tmp_path / "a.zarr").compute(), x.compute())
+    np.testing.assert_array_equal(
+        shardwise.array.from_zarr(tmp_path / "a.zarr").compute(), x.compute()
+    )
 
 
 def test_append_to_a_zero_length_dimension(tmp_path):

@@ -35,16 +35,60 @@ from shardwise.array.options import WriteOptions
 from shardwise.array.read import from_zarr
 from shardwise.array.replacing import check_not_replacing_sources
 from shardwise.array.store import store_arrays
-from shardwise.errors import ConflictError, ShardwiseError, WriteError
+from shardwise.errors import (
+    ConflictError,
+    ShardwiseError,
+    WriteError,
+    is_store_failure,
+    naming_metadata_errors,
+)
 from shardwise.format.grid import check_write_geometry
+from shardwise.format.metadata import metadata_key
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_session, refuse_commit
 from shardwise.io.retry import retries, tries
 from shardwise.io.staged import StagedWrite
 
-__all__ = ["from_zarr", "is_array", "to_zarr", "write_array"]
+__all__ = ["from_zarr", "is_array", "naming_client_errors", "to_zarr", "write_array"]
 
 
+def naming_client_errors(where: Callable[..., str]) -> Callable[[Any], Any]:
+    """A writer (``to_zarr``) whose object-store client's own error (obstore's
+    ``GenericError``, botocore's...) or store's plain ``OSError`` (s3fs's for a 503 that
+    outlasted its retries, a full disk), reset connection or timeout, from a request
+    shardwise does not make itself (zarr-python's and xarray's, while they open and
+    plan), is raised as a ``StoreIOError`` naming the array or group (``where`` of the
+    call's arguments) and its metadata document, the store's error as the cause. The
+    ``OSError`` subclasses that answer a question (``FileNotFoundError``,
+    ``FileExistsError``, ``PermissionError``...) go through as they are."""
+
+    def decorate(write: Any) -> Any:
+        @functools.wraps(write)
+        def call(*args: Any, **kw: Any) -> Any:
+            try:
+                return write(*args, **kw)
+            except Exception as e:
+                if not is_store_failure(e):  # (shardwise's own errors name where already)
+                    raise
+                with naming_metadata_errors(
+                    "writing",
+                    metadata_key(where(*args, **kw)),
+                    "The store failed while the write was opened or planned, before its "
+                    "data was written. Run it again.",
+                ):
+                    raise e from None
+
+        return call
+
+    return decorate
+
+
+def _where(x: Any, store: Any = None, path: str | None = None, **kw: Any) -> str:
+    """The path a dask array's ``to_zarr`` call writes, from its arguments."""
+    return path or kw.get("component") or ""
+
+
+@naming_client_errors(_where)
 def to_zarr(
     x: Any,
     store: Any = None,
@@ -78,7 +122,6 @@ def to_zarr(
 ) -> Any:
     """Write a dask array as one Zarr array, created with zarr-python, with exactly one
     dask task writing each shard: the counterpart of ``dask.array.to_zarr``.
-    ``shardwise.to_zarr(x, ...)`` is the same call.
 
     Parameters
     ----------
@@ -115,16 +158,16 @@ def to_zarr(
     chunks : "auto", tuple or dict, optional
         The inner chunks, likewise; ``"auto"`` by default.
     write_order : {"morton", "C"}, default "morton"
-        As ``shardwise.to_zarr`` takes it.
+        As :func:`shardwise.to_zarr` takes it.
     shards_per_task : int or "auto", optional
-        As ``shardwise.to_zarr`` takes it.
+        As :func:`shardwise.to_zarr` takes it.
     encode_split : int or "auto", optional
-        As ``shardwise.to_zarr`` takes it.
+        As :func:`shardwise.to_zarr` takes it.
     write_empty_chunks : bool, optional
         Whether inner chunks that hold only the fill value are stored; zarr-python's
         ``array.write_empty_chunks`` setting when None.
     independent_writers : bool or "auto", optional
-        As ``shardwise.to_zarr`` takes it.
+        As :func:`shardwise.to_zarr` takes it.
     progress : bool, default False
         Show a progress bar of the write's tasks.
     compressors : codec or list of codecs, optional
@@ -163,7 +206,7 @@ def to_zarr(
 
     Raises
     ------
-    shardwise.WriteError, shardwise.ChunksError, shardwise.errors.ArgumentError
+    shardwise.errors.WriteError, shardwise.errors.ChunksError, shardwise.errors.ArgumentError
         Before anything is written: every option is checked first.
 
     Examples
@@ -229,8 +272,7 @@ def write_array(
 ) -> Any:
     """``to_zarr`` with its write options parsed (``options``) and the new array's
     ``creation`` arguments in one mapping (``shards``, ``chunks`` and zarr-python's
-    ``create_array`` arguments, None where not given): where ``shardwise.to_zarr``
-    sends a dask array."""
+    ``create_array`` arguments, None where not given)."""
     store, path, mode, extra = dask_call(
         store, path, component, mode, overwrite, storage_options, dict(zarr_array_kwargs or {})
     )
@@ -291,7 +333,7 @@ def _check_session(
             found="return_stored=True",
             array=name,
             advice="Read the array back from the session after it is committed "
-            "(shardwise.from_zarr(session.store, path)). Nothing was written.",
+            "(shardwise.array.from_zarr(session.store, path)). Nothing was written.",
         )
 
 

@@ -3,8 +3,8 @@ existing one grows to on append, where a region lies, which data types may go in
 existing array, the default mode, axis numbers as users give them, and the data step's
 graph (into an Icechunk fork or not).
 
-``shardwise.to_zarr`` writes one dask array (:func:`shardwise.array.api.to_zarr`)
-or the variables of a Dataset (:mod:`shardwise.xarray.to_zarr`). The two take their
+``shardwise.array.to_zarr`` writes one dask array (:mod:`shardwise.array.api`) and
+``shardwise.to_zarr`` the variables of a Dataset (:mod:`shardwise.xarray.to_zarr`). The two take their
 options differently (sizes per axis number, or per dimension name through xarray's
 encodings) and word their refusals for their callers, but every decision about the
 arrays they write is made here, once: the xarray layer builds on this module, never the

@@ -1,4 +1,4 @@
-"""``shardwise.from_zarr``: one Zarr array read as a ``dask.array.Array`` with the fan-out
+"""``shardwise.array.from_zarr``: one Zarr array read as a ``dask.array.Array`` with the fan-out
 graph of ``shardwise.graph.fanout``, and the ``chunks=`` words and per-axis sizes that
 group whole inner chunks into dask chunks.
 
@@ -50,7 +50,7 @@ def from_zarr(
         A path, a URL (``s3://...``) or a zarr-python ``Store``; or a ``zarr.Array``
         already open (``from_zarr(z)``, as in dask): its store and path are read, with
         the metadata it holds, and ``path``/``component``, ``storage_options`` and
-        ``kwargs`` must then be left out (a ``shardwise.ChunksError``).
+        ``kwargs`` must then be left out (a ``shardwise.errors.ChunksError``).
     path : str, default ""
         The array's path in ``store`` (``""``: the array at its root).
     storage_options : dict, optional
@@ -81,7 +81,7 @@ def from_zarr(
         worker then carries its own copy of the reader).
     component : str, optional
         dask's name for ``path``; both given, and different, is a
-        ``shardwise.ChunksError``.
+        ``shardwise.errors.ChunksError``.
     read_options : ReadOptions or dict, optional
         How reads coalesce byte ranges, use the index cache... (a
         ``shardwise.ReadOptions`` or a dict of its fields).
@@ -101,7 +101,7 @@ def from_zarr(
 
     Examples
     --------
-    >>> x = shardwise.from_zarr("data.zarr", "temperature")
+    >>> x = shardwise.array.from_zarr("data.zarr", "temperature")
     >>> x.mean().compute()  # doctest: +SKIP
     """
     if isinstance(read_options, Mapping):

@@ -131,7 +131,9 @@ def migrate(
     (zlib is re-encoded as gzip); one task per shard. A failed run is completed with
     --mode a.
     """
-    delayed = shardwise.migrate(
+    from shardwise.tools.migrate import migrate as migrate_draft
+
+    delayed = migrate_draft(
         absolute(src),
         absolute(dst),
         group=group,

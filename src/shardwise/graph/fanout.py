@@ -20,7 +20,7 @@ For one array, :func:`fanout_array` builds a dask array whose graph has
 
 The source and the reader sit in one key each (``original-<read layer>``,
 ``reader-<read layer>``) that the tasks refer to, or, with ``inline_array=True``, in
-every task (:func:`dask.array.from_array`'s two ways). ``shardwise.from_zarr`` names the
+every task (:func:`dask.array.from_array`'s two ways). ``shardwise.array.from_zarr`` names the
 read layer itself (``name=``, or a name tokenized from the array it reads).
 
 Because read tasks are dask ``getter`` tasks, dask's optimizer fuses a later slice
@@ -589,7 +589,7 @@ def fanout_array(
 
 def stored_reader(x: Any) -> tuple[ArrayReader, str | None] | None:
     """When the dask array ``x`` is a plain read of a stored array, as
-    :func:`shardwise.from_zarr` makes it (its tasks read the array through its reader
+    :func:`shardwise.array.from_zarr` makes it (its tasks read the array through its reader
     itself, no index tasks, nothing computed on it since): the reader, and the key that
     holds it (None with ``inline_array=True``: the reader is in every task); else None.
     Every block of ``x`` then holds the values the reader reads for the block's place in

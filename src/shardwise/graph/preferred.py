@@ -1,5 +1,5 @@
 """The dask chunks a read gives by default (``chunks={}`` of the engine, the default
-chunks of ``shardwise.open_dataset`` and ``shardwise.from_zarr``): whole shards, one per
+chunks of ``shardwise.open_dataset`` and ``shardwise.array.from_zarr``): whole shards, one per
 shard from local disk and memory, several together toward dask's ``array.chunk-size``
 over a network, and never more than :data:`PREFERRED_MAX_CHUNKS` chunks."""
 

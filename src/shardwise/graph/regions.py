@@ -147,7 +147,7 @@ def shared_shards(
     Examples
     --------
     >>> regions = [{"time": slice(0, 1000)}, {"time": slice(1000, 2000)}]
-    >>> shardwise.shared_shards("data.zarr", regions, variables=["temperature"])
+    >>> shardwise.regions.shared_shards("data.zarr", regions, variables=["temperature"])
     {}
     """
     out: dict[str, dict[str, list[int]]] = {}
@@ -199,7 +199,7 @@ def check_regions(
     Examples
     --------
     >>> regions = [{"time": slice(0, 1000)}, {"time": slice(1000, 2000)}]
-    >>> shardwise.check_regions("data.zarr", regions, variables=["temperature"])
+    >>> shardwise.regions.check_regions("data.zarr", regions, variables=["temperature"])
     """
     shared = shared_shards(
         store, regions, group=group, storage_options=storage_options, variables=variables

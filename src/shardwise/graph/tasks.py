@@ -75,7 +75,7 @@ def _contribution(
 
 class StoredBlock:
     """A block of a dask array that is a plain read of a stored array (as
-    :func:`shardwise.from_zarr` makes it, nothing computed on it; see
+    :func:`shardwise.array.from_zarr` makes it, nothing computed on it; see
     :func:`shardwise.graph.fanout.stored_reader`), not yet read: ``where`` in the array
     ``reader`` reads. :func:`encode_block` writes each target shard it covers whose inner
     chunks are the source's, of the same shape, straight from the stored chunks, each
@@ -288,7 +288,7 @@ def write_shard(
         key=target.info.key(shard),
         advice="Nothing of this shard was half-written. Run the write again (it is "
         "idempotent), or give the jobs regions that share no shard "
-        "(shardwise.check_regions).",
+        "(shardwise.regions.check_regions).",
     )
 
 

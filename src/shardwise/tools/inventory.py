@@ -159,7 +159,7 @@ def select(src: Source, variable: str | None) -> ArrayInfo:
                 found=f"arrays {choices}" if choices else "no arrays",
                 array=where,
                 advice="Pass variable= one of the paths found (relative to the group), "
-                "or use shardwise.inventories for all of them.",
+                "or use shardwise.tools.inventory.inventories for all of them.",
             )
         variable = choices[0]
     path = variable.strip("/")
@@ -229,7 +229,7 @@ def inventory(
         ``shardwise.inventory-cells`` inner chunks, dask config, default 2**24, and
         more than ``INVENTORY_SPARSITY`` per inner chunk of the stored shards);
         ``shardwise.info`` gives its totals.
-    shardwise.CorruptShardError
+    shardwise.errors.CorruptShardError
         A shard's index is damaged (as a read would raise).
 
     Examples

@@ -1,4 +1,4 @@
-"""``shardwise.migrate``: a store of the 2022 sharding draft to Zarr v3 ``sharding_indexed``.
+"""``migrate``: a store of the 2022 sharding draft to Zarr v3 ``sharding_indexed``.
 
 Every array keeps its shape, data type, fill value, inner chunk shape and shard shape;
 its shards get the final spec's index (at the end, with crc32c). The compressed inner
@@ -49,7 +49,7 @@ MIGRATE_ADVICE = (
 
 @dataclass
 class MigrationReport:
-    """What ``shardwise.migrate`` did.
+    """What ``shardwise.tools.migrate.migrate`` did.
 
     Attributes
     ----------
@@ -126,7 +126,7 @@ def migrate(
 
     Raises
     ------
-    shardwise.WriteError
+    shardwise.errors.WriteError
         The source is not a draft store (Zarr v2 and v3 stores need no migration), or
         ``mode`` is unknown.
     shardwise.errors.StoreExistsError
@@ -134,7 +134,7 @@ def migrate(
 
     Examples
     --------
-    >>> report = shardwise.migrate("old.zarr", "new.zarr")
+    >>> report = shardwise.tools.migrate.migrate("old.zarr", "new.zarr")
     """
 
     draft = DraftStore.open(src, storage_options)

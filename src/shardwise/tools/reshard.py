@@ -30,7 +30,7 @@ the result opens like the source with ``engine="zarr"``.
 are present and whose index reads back are skipped (shards are single puts, so a present
 shard is whole).
 
-The planner (``prepare``) has a same-grid mode, which is ``shardwise.migrate``
+The planner (``prepare``) has a same-grid mode, which is ``shardwise.tools.migrate.migrate``
 (``shardwise.tools.migrate`` checks its arguments and words its report): every
 array keeps its grid, its sharding or its absence and its codecs (zlib as gzip, those
 chunks recoded one by one), so every chunk is repacked, and no consolidated metadata
@@ -403,7 +403,7 @@ def reshard(
     mode : {"w-", "w", "a"}, default "w-"
         ``"w-"`` refuses an existing destination, ``"w"`` replaces it, ``"a"``
         completes what a run with the same arguments left unfinished (its whole shards
-        are kept), as ``shardwise.migrate``'s does.
+        are kept), as ``shardwise.tools.migrate.migrate``'s does.
     storage_options, target_options : dict, optional
         Options of the fsspec file systems of the source's and the destination's URLs.
     consolidated : bool, default True
@@ -425,7 +425,7 @@ def reshard(
 
     Raises
     ------
-    shardwise.WriteError
+    shardwise.errors.WriteError
         Before anything is written: sizes that do not fit (a shard not a multiple of
         its inner chunk, a dimension no array has), a destination that is the source.
     shardwise.errors.StoreExistsError

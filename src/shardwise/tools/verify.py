@@ -130,7 +130,7 @@ class VerifyReport:
 
     def damaged_shards(self, array: str) -> list[tuple[int, ...]]:
         """The grid coordinates of ``array``'s shards with a problem (what
-        ``shardwise.shard_grid`` draws red)."""
+        ``shardwise.tools.views.shard_grid`` draws red)."""
         name = array.strip("/") or "/"
         return sorted({p.shard for p in self.problems if p.shard is not None and p.array == name})
 

@@ -6,7 +6,7 @@ shard grid drawn as SVG (``ShardGrid``), shown by Jupyter through ``_repr_html_`
 ``xarray.Dataset`` that ``.plot()`` draws directly. ``shard_grid`` draws it: every
 shard to scale (regular and rectilinear grids), absent shards blank, stored ones
 shaded by the share of their inner chunks stored, damaged ones (a
-``shardwise.VerifyReport``'s, given as ``damaged``) red; the picture is
+``shardwise.tools.verify.VerifyReport``'s, given as ``damaged``) red; the picture is
 bounded whatever the grid's size (see ``shardwise._html``).
 """
 
@@ -94,14 +94,14 @@ def shard_view(inv: xr.Dataset) -> xr.Dataset:
 
 
 class ShardGrid:
-    """A shard grid to look at (``shardwise.shard_grid``): a notebook shows a
+    """A shard grid to look at (``shardwise.tools.views.shard_grid``): a notebook shows a
     table and a picture of the shards, each shaded by what is stored of it and the
     damaged ones red; ``svg`` is the picture alone.
 
     Attributes
     ----------
     view : xarray.Dataset
-        The ``shardwise.shard_view`` drawn.
+        The ``shardwise.tools.views.shard_view`` drawn.
     damaged : set of tuple of int
         The shards drawn as damaged.
     """
@@ -174,7 +174,7 @@ def shard_grid(
     Returns
     -------
     ShardGrid
-        The grid, drawn in a notebook (see ``shardwise.ShardGrid``).
+        The grid, drawn in a notebook (see ``shardwise.tools.views.ShardGrid``).
     """
     if isinstance(damaged, VerifyReport):
         damaged = damaged.damaged_shards(str(inv.attrs.get("array", "")))

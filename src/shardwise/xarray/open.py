@@ -105,7 +105,7 @@ def open_dataset(
 
     Raises
     ------
-    shardwise.ChunksError
+    shardwise.errors.ChunksError
         ``chunks`` is not one of the forms above.
     shardwise.errors.NotAZarrStoreError
         No Zarr group is at ``store`` and ``group``.

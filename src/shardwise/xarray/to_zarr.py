@@ -1,6 +1,6 @@
-"""``shardwise.to_zarr``: xarray Datasets, DataArrays and DataTrees (and, handed on to
-``shardwise.array.to_zarr``, single dask arrays) written to sharded Zarr v3, one task
-per shard.
+"""``shardwise.to_zarr``: xarray Datasets, DataArrays and DataTrees written to sharded
+Zarr v3, one task per shard (a dask array given here is handed on to
+``shardwise.array.to_zarr``, with a ``FutureWarning``).
 
 The metadata step is xarray's own (``ZarrStore.store`` through zarr-python), so the
 arrays, attributes and CF encodings are exactly what ``Dataset.to_zarr`` writes. Only
@@ -17,24 +17,20 @@ the store untouched; and ``mode="w"`` refuses to replace a store the data is rea
 
 from __future__ import annotations
 
-import functools
-import inspect
+import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 import shardwise._compat as _compat
 from shardwise._flags import consolidate_metadata
-from shardwise.array.api import is_array, write_array
+from shardwise.array.api import is_array, naming_client_errors, write_array
 from shardwise.array.create import CREATION
 from shardwise.array.options import WriteOptions
 from shardwise.array.replacing import check_not_replacing_sources
 from shardwise.errors import (
     ArgumentError,
     WriteError,
-    is_store_failure,
-    naming_metadata_errors,
 )
-from shardwise.format.metadata import metadata_key
 from shardwise.io.capabilities import icechunk_session
 from shardwise.io.icechunk import check_dataset, refuse_commit
 from shardwise.xarray.dataset import DatasetWrite
@@ -42,11 +38,6 @@ from shardwise.xarray.encoding import ShardSpec, SizeSpec, check_spec
 
 __all__ = ["to_zarr"]
 
-_IGNORED = ("safe_chunks", "align_chunks")
-"""``Dataset.to_zarr``'s keywords taken for compatibility: dask chunks of any size and
-alignment are written as they are, never rechunked."""
-
-_DATASET_ONLY = ("group", "encoding", "consolidated", "chunkmanager_store_kwargs")
 _ARRAY_ONLY = ("path", "component", "overwrite", "return_stored", *CREATION[2:])
 
 
@@ -66,38 +57,14 @@ def _as_dataset(obj: Any) -> Any:
     raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
 
 
-def _naming_client_errors(write: Any) -> Any:
-    """``to_zarr`` with an object-store client's own error (obstore's ``GenericError``,
-    botocore's...) or a store's plain ``OSError`` (s3fs's for a 503 that outlasted its
-    retries, a full disk), a reset connection or a timeout, from a request shardwise
-    does not make itself (zarr-python's and xarray's, while they open and plan) raised
-    as a ``StoreIOError`` naming the array or group and its metadata document, the
-    store's error as the cause. The ``OSError`` subclasses that answer a question
-    (``FileNotFoundError``, ``FileExistsError``, ``PermissionError``...) go through as
-    they are."""
-
-    @functools.wraps(write)
-    def call(*args: Any, **kw: Any) -> Any:
-        try:
-            return write(*args, **kw)
-        except Exception as e:
-            if not is_store_failure(e):  # (shardwise's own errors name where already)
-                raise
-            group = args[3] if len(args) > 3 else kw.get("group")
-            array = is_array(args[0] if args else kw.get("obj"))
-            where = (kw.get("path") or kw.get("component") if array else group) or ""
-            with naming_metadata_errors(
-                "writing",
-                metadata_key(where),
-                "The store failed while the write was opened or planned, before its data "
-                "was written. Run it again.",
-            ):
-                raise e from None
-
-    return call
+def _where(obj: Any, store: Any = None, mode: Any = None, group: Any = None, **kw: Any) -> str:
+    """The group (or a dask array's path) a ``to_zarr`` call writes, from its arguments."""
+    if is_array(obj):
+        return kw.get("path") or kw.get("component") or ""
+    return group or ""
 
 
-@_naming_client_errors
+@naming_client_errors(_where)
 def to_zarr(
     obj: Any,
     store: Any = None,
@@ -120,23 +87,13 @@ def to_zarr(
     write_order: str = "morton",
     shards_per_task: int | Literal["auto"] | None = None,
     encode_split: int | Literal["auto"] | None = None,
-    path: str | None = None,
-    compressors: Any = None,
-    filters: Any = None,
-    serializer: Any = None,
-    fill_value: Any = None,
-    attributes: Mapping[str, Any] | None = None,
-    dimension_names: Any = None,
-    commit: str | None = None,
-    component: str | None = None,
-    return_stored: bool = False,
-    overwrite: bool | None = None,
     independent_writers: bool | Literal["auto"] | None = None,
+    commit: str | None = None,
     progress: bool = False,
-    **zarr_array_kwargs: Any,
+    **kwargs: Any,
 ) -> Any:
-    """Write an xarray Dataset (or DataArray) to a Zarr store, as ``Dataset.to_zarr``
-    does, with exactly one dask task writing each shard; or one ``dask.array.Array``.
+    """Write an xarray Dataset, DataArray or DataTree to a Zarr store, as
+    ``Dataset.to_zarr`` does, with exactly one dask task writing each shard.
 
     Takes ``Dataset.to_zarr``'s arguments and per-variable encodings (``chunks``,
     ``shards``, ``compressors``, ``filters``, ``serializer``, ``dtype``, ``_FillValue``,
@@ -145,13 +102,10 @@ def to_zarr(
 
     Parameters
     ----------
-    obj : xarray.Dataset, xarray.DataArray, xarray.DataTree or dask.array.Array
-        What to write. A dask array is written as ``shardwise.array.to_zarr``
-        writes it: one Zarr array at ``path``, with ``dask.array.to_zarr``'s parameters
-        and meaning (``component``, ``overwrite``, a ``zarr.Array`` as the store,
-        ``return_stored``, zarr-python's creation keywords); the Dataset's parameters
-        (``group``, ``encoding``, ``consolidated``, ``chunkmanager_store_kwargs``) are
-        refused with an array, and the array's with a Dataset.
+    obj : xarray.Dataset, xarray.DataArray or xarray.DataTree
+        What to write. (A dask array is written by :func:`shardwise.array.to_zarr`;
+        given here, it is handed on to it with a ``FutureWarning``, for one more
+        release.)
     store : str, os.PathLike, zarr.abc.store.Store or icechunk.Session
         Where to write: a path, a URL (with ``storage_options``), a zarr-python
         ``Store``, or a writable Icechunk session (or its ``session.store``). With a
@@ -241,31 +195,29 @@ def to_zarr(
         Show a bar of the write's tasks while it computes (tqdm's auto mode: a widget
         in a notebook, text on stderr in a terminal; the cluster's progress when a
         ``distributed.Client`` is the default scheduler).
-    path : str, optional
-        With a dask array: its path in the store (``component`` is dask's name for
-        it); the other parameters of an array (``compressors``, ``filters``,
-        ``serializer``, ``fill_value``, ``attributes``, ``dimension_names``,
-        ``return_stored``, ``overwrite``, zarr-python's creation keywords) are
-        ``shardwise.array.to_zarr``'s.
+    **kwargs
+        Nothing: a keyword of ``shardwise.array.to_zarr``'s (``path``, ``compressors``,
+        ``fill_value``...) is refused with a Dataset (give codecs and fill values per
+        variable in ``encoding``).
 
     Returns
     -------
-    xarray.backends.ZarrStore, zarr.Array, str or dask.delayed.Delayed
-        For a Dataset, xarray's ``ZarrStore`` over the store written; for a dask
-        array, the ``zarr.Array``; with ``commit``, the snapshot id. With
+    xarray.backends.ZarrStore, str or dask.delayed.Delayed
+        xarray's ``ZarrStore`` over the store written; with ``commit``, the snapshot
+        id. With
         ``compute=False``, a ``dask.delayed`` that writes the data (the metadata is
         written already) and returns that; with an Icechunk session it computes to the
         merged fork session (``session.merge(delayed.compute())``, then commit).
 
     Raises
     ------
-    shardwise.WriteError, shardwise.ChunksError, shardwise.errors.ArgumentError
+    shardwise.errors.WriteError, shardwise.errors.ChunksError, shardwise.errors.ArgumentError
         Before anything is written: options, encodings, regions or chunkings that do
         not fit the store, each naming the variable and what to do.
-    shardwise.ConflictError
+    shardwise.errors.ConflictError
         Another job kept changing a shard this write merges into, through every try
         (dask config ``shardwise.write-retries``).
-    shardwise.StoreIOError
+    shardwise.errors.StoreIOError
         The store failed; the error names the array and the key.
 
     Examples
@@ -273,47 +225,67 @@ def to_zarr(
     >>> shardwise.to_zarr(ds, "data.zarr", encoding={"temperature": {"shards": (100, 720, 1440)}})  # doctest: +SKIP
     >>> shardwise.to_zarr(ds_next, "data.zarr", append_dim="time")  # doctest: +SKIP
     """
-    given = _given(locals())
-    options = WriteOptions(**{k: given.pop(k) for k in _OPTIONS if k in given})
-    if is_array(obj):
-        return _array_to_zarr(obj, store, options, given)
-    return _xarray_to_zarr(obj, store, options, given)
-
-
-_OPTIONS = tuple(WriteOptions.__dataclass_fields__)
-
-
-@functools.cache
-def _defaults() -> dict[str, Any]:
-    """``to_zarr``'s named parameters and their defaults."""
-    params = inspect.signature(to_zarr).parameters.values()
-    return {p.name: p.default for p in params if p.kind is not p.VAR_KEYWORD}
-
-
-@functools.cache
-def _write_array_parameters() -> frozenset[str]:
-    """The names ``write_array`` takes."""
-    return frozenset(inspect.signature(write_array).parameters)
-
-
-def _given(args: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of a ``to_zarr`` call (its ``locals()``) that were given: not their
-    defaults (``obj``, ``store`` and the ignored ones left out), with the extra keywords."""
-    defaults = _defaults()
-    given = {
-        k: v
-        for k, v in args.items()
-        if k in defaults and k not in ("obj", "store", *_IGNORED) and v is not defaults[k]
+    del safe_chunks, align_chunks  # (taken for compatibility: nothing is rechunked)
+    # the options of both kinds of data, as the array writer takes them too
+    common: dict[str, Any] = {
+        "mode": mode,
+        "compute": compute,
+        "append_dim": append_dim,
+        "region": region,
+        "storage_options": storage_options,
+        "zarr_format": zarr_format,
+        "shards": shards,
+        "chunks": chunks,
+        "commit": commit,
     }
-    return {**given, **args["zarr_array_kwargs"]}
+    options = WriteOptions(
+        write_order=write_order,
+        shards_per_task=shards_per_task,
+        encode_split=encode_split,
+        write_empty_chunks=write_empty_chunks,
+        progress=progress,
+        independent_writers=independent_writers,
+    )
+    if is_array(obj):
+        dataset = {
+            "group": group,
+            "encoding": encoding,
+            "consolidated": consolidated,
+            "chunkmanager_store_kwargs": chunkmanager_store_kwargs,
+        }
+        return _array_to_zarr(obj, store, options, common, dataset, kwargs)
+    _refuse_array_options(kwargs)
+    return _xarray_to_zarr(
+        obj,
+        store,
+        options,
+        group=group,
+        encoding=encoding,
+        consolidated=consolidated,
+        chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+        **common,
+    )
 
 
-def _array_to_zarr(x: Any, store: Any, options: WriteOptions, given: dict[str, Any]) -> Any:
-    """``to_zarr`` of a dask array: the dask-array writer, once the Dataset options are
-    refused."""
-    dataset = {k: given.pop(k) for k in _DATASET_ONLY if k in given}
+def _array_to_zarr(
+    x: Any,
+    store: Any,
+    options: WriteOptions,
+    common: dict[str, Any],
+    dataset: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A dask array given to ``to_zarr``: handed on to the dask-array writer (with a
+    ``FutureWarning``), once the Dataset options are refused."""
+    warnings.warn(
+        "shardwise.to_zarr writes xarray objects; write a dask array with "
+        "shardwise.array.to_zarr (the same arguments). Passing one to shardwise.to_zarr "
+        "will stop working in the next release.",
+        FutureWarning,
+        stacklevel=4,  # (the caller of to_zarr: through the error-naming wrapper)
+    )
     if names := sorted(k for k, v in dataset.items() if v is not None and (k != "encoding" or v)):
-        path = given.get("path") or given.get("component") or ""
+        path = kwargs.get("path") or kwargs.get("component") or ""
         raise WriteError(
             "options for Datasets were given with a dask array",
             expected="path=, shards=, chunks=, compressors=, fill_value=, attributes=... "
@@ -323,25 +295,33 @@ def _array_to_zarr(x: Any, store: Any, options: WriteOptions, given: dict[str, A
             advice="Give the array's place with path= and its codecs as keywords. "
             "Nothing was written.",
         )
-    creation = {k: given.pop(k, None) for k in CREATION}
-    kwargs = {k: given.pop(k) for k in list(given) if k in _write_array_parameters()}
+    creation = {k: kwargs.pop(k, None) for k in CREATION}
+    creation.update(shards=common.pop("shards"), chunks=common.pop("chunks"))
+    named = {
+        k: kwargs.pop(k) for k in ("path", "component", "overwrite", "return_stored") if k in kwargs
+    }
     return write_array(
-        x, store, options=options, creation=creation, zarr_array_kwargs=given, **kwargs
+        x, store, options=options, creation=creation, zarr_array_kwargs=kwargs, **common, **named
     )
 
 
-def _xarray_to_zarr(obj: Any, store: Any, options: WriteOptions, given: dict[str, Any]) -> Any:
-    """``to_zarr`` of a Dataset, DataArray or DataTree, once the options for one dask
-    array are refused."""
-    _refuse_array_options(given)
-    for name in _ARRAY_ONLY:  # (None or False: not given)
-        given.pop(name, None)
-    group = given.get("group")
-    storage_options = given.get("storage_options")
-    if given.get("mode") == "w":  # replacing what is there: never what the data is read from
+def _xarray_to_zarr(
+    obj: Any,
+    store: Any,
+    options: WriteOptions,
+    *,
+    mode: str | None,
+    group: str | None,
+    commit: str | None,
+    storage_options: dict[str, Any] | None,
+    **write: Any,
+) -> Any:
+    """``to_zarr`` of a Dataset, DataArray or DataTree; ``write`` holds the rest of
+    ``DatasetWrite``'s fields."""
+    if mode == "w":  # replacing what is there: never what the data is read from
         check_not_replacing_sources(_lazy_datas(obj), store, storage_options, group)
     session = icechunk_session(store)
-    if session is None and given.get("commit") is not None:
+    if session is None and commit is not None:
         refuse_commit(store)
     if store is None:
         from zarr.storage import MemoryStore
@@ -359,34 +339,47 @@ def _xarray_to_zarr(obj: Any, store: Any, options: WriteOptions, given: dict[str
                 "group=path) for path, node in tree.subtree_with_keys (the root with its "
                 "inherited coordinates), then commit. Nothing was written.",
             )
-        return _tree_to_zarr(obj, store, options, **given)
+        return _tree_to_zarr(
+            obj,
+            store,
+            options,
+            mode=mode,
+            group=group,
+            commit=commit,
+            storage_options=storage_options,
+            **write,
+        )
     ds = _as_dataset(obj)
     if session is not None:
         check_dataset(
             ds,
             session,
-            compute=given.get("compute", True),
-            commit=given.get("commit"),
-            zarr_format=given.get("zarr_format"),
+            compute=write["compute"],
+            commit=commit,
+            zarr_format=write["zarr_format"],
         )
-    return DatasetWrite(ds, session.store if session else store, options, session, **given).run()
+    return DatasetWrite(
+        ds,
+        session.store if session else store,
+        options,
+        session,
+        mode=mode,
+        group=group,
+        commit=commit,
+        storage_options=storage_options,
+        **write,
+    ).run()
 
 
-def _refuse_array_options(given: Mapping[str, Any]) -> None:
+def _refuse_array_options(kwargs: Mapping[str, Any]) -> None:
     """dask's ``to_zarr`` options, and zarr-python's creation arguments, are for one dask
-    array: with a Dataset they are refused (a keyword ``Dataset.to_zarr`` does not take
-    is the ``TypeError`` Python raises for it)."""
-    if unknown := sorted(k for k in given if k not in _defaults()):
-        raise ArgumentError(
-            "to_zarr got keywords it takes only with a dask array",
-            expected="Dataset.to_zarr's keywords (and shards=, chunks=, write_order=...)",
-            found=", ".join(unknown),
-            advice="Give codecs and other array options per variable in encoding=, e.g. "
-            "encoding={'v': {'compressors': ...}}. Nothing was written.",
-        )
+    array: with a Dataset they are refused (another keyword is the ``TypeError``
+    Python raises for one a function does not take)."""
+    if not kwargs:
+        return
     # (None or False is no option given; `in` would compare an array of values)
     if names := sorted(
-        k for k in _ARRAY_ONLY if given.get(k) is not None and given[k] is not False
+        k for k in _ARRAY_ONLY if kwargs.get(k) is not None and kwargs[k] is not False
     ):
         raise WriteError(
             "options for a single dask array were given with a Dataset",
@@ -394,6 +387,14 @@ def _refuse_array_options(given: Mapping[str, Any]) -> None:
             found=", ".join(names),
             advice="Use group= for where the Dataset goes, mode='w' to replace it, and "
             "encoding= for codecs and fill values per variable, e.g. "
+            "encoding={'v': {'compressors': ...}}. Nothing was written.",
+        )
+    if unknown := sorted(k for k in kwargs if k not in _ARRAY_ONLY):
+        raise ArgumentError(
+            "to_zarr got keywords it takes only with a dask array",
+            expected="Dataset.to_zarr's keywords (and shards=, chunks=, write_order=...)",
+            found=", ".join(unknown),
+            advice="Give codecs and other array options per variable in encoding=, e.g. "
             "encoding={'v': {'compressors': ...}}. Nothing was written.",
         )
 
