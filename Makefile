@@ -6,7 +6,8 @@
 #               pyproject allows, and on the lowest versions it declares (test-3.13 and
 #               test-lowest below)
 # Both create .venv with Python 3.12: the demo installs shardwise alone (its runtime
-# dependencies), the tests add the test extras.
+# dependencies), the tests add its extras and the development tools (pyproject's dependency
+# groups: test, lint, docs, bench, and dev, which holds them all).
 
 PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
 # Python 3.13 for test-3.13: on PATH, else pyenv's (a pyenv shim refuses a version that the
@@ -30,6 +31,9 @@ STAMP := $(VENV)/.installed
 UV = $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python
 # $(call COMPILED,venv): shardwise's modules compiled for that environment's Python
 COMPILED = $(1)/bin/python -m compileall -q src
+# the extras the suite needs beside the dependency groups (the object-store, HTTP and
+# Icechunk tests): every extra pyproject has
+EXTRAS := s3,icechunk,gcs,azure,http
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "shardwise needs Python >= 3.12, found " + sys.version.split()[0] + " at " + sys.executable)'
@@ -42,7 +46,7 @@ $(RUNTIME): pyproject.toml $(VENV)/bin/python
 	touch $(RUNTIME)
 
 $(STAMP): pyproject.toml $(VENV)/bin/python
-	$(call UV,$(VENV)) -e '.[test]'
+	$(call UV,$(VENV)) -e '.[$(EXTRAS)]' --group dev
 	$(call COMPILED,$(VENV))
 	touch $(STAMP) $(RUNTIME)
 
@@ -64,8 +68,8 @@ venvs:
 
 # Azurite, the Azure Blob Storage emulator the object-store tests run against
 # (tests/azurite.py), from npm into .ci/azurite/node_modules: the release package-lock.json
-# pins, installed as locked (npm ci). fake-gcs-server, the GCS one, comes with the suite
-# extra (PyPI). Without npm the Azure tests are skipped, but under CI=true, where this fails.
+# pins, installed as locked (npm ci). fake-gcs-server, the GCS one, comes with the test
+# group (PyPI). Without npm the Azure tests are skipped, but under CI=true, where this fails.
 AZURITE := .ci/azurite/node_modules/.installed
 azurite: $(AZURITE)
 $(AZURITE): .ci/azurite/package.json .ci/azurite/package-lock.json
@@ -128,10 +132,10 @@ $(LOWEST)/.installed: pyproject.toml .ci/lowest.py
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip uv
 	$(LOWEST)/bin/python .ci/lowest.py pyproject.toml > $(LOWEST)/lowest.txt
 	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/lowest.txt \
-		-e '.[s3,icechunk,gcs,azure,http]' 's3fs[boto3]'
+		-e '.[$(EXTRAS)]' 's3fs[boto3]'
 	$(LOWEST)/bin/uv pip freeze --python $(LOWEST)/bin/python --exclude-editable \
 		| grep -v '^uv==' > $(LOWEST)/floor.txt
-	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/floor.txt -e '.[suite]'
+	$(call UV,$(LOWEST)) --only-binary :all: -c $(LOWEST)/floor.txt -e '.[$(EXTRAS)]' --group test
 	$(call COMPILED,$(LOWEST))
 	touch $@
 
@@ -146,7 +150,7 @@ $(PY313)/.installed: pyproject.toml Makefile
 	rm -rf $(PY313)
 	$(PYTHON313) -m venv $(PY313)
 	$(PY313)/bin/python -m pip install --quiet --upgrade pip uv
-	$(call UV,$(PY313)) -e '.[suite]' $(MIDDLE)
+	$(call UV,$(PY313)) -e '.[$(EXTRAS)]' --group test $(MIDDLE)
 	$(call COMPILED,$(PY313))
 	touch $@
 

@@ -43,8 +43,12 @@ def test_a_setting_set_in_dask_config_wins_over_its_default():
     assert config.get_bytes("shard-bytes") == 128 << 20
 
 
-def _in_a_new_process(code: str, **env: str) -> str:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("DASK_SHARDWISE")}
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DASK_SHARDWISE") and k != config.CACHE_BYTES_VARIABLE
+    }
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env={**environ, **env},
@@ -54,7 +58,11 @@ def _in_a_new_process(code: str, **env: str) -> str:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
+    return proc
+
+
+def _in_a_new_process(code: str, **env: str) -> str:
+    return _run(code, **env).stdout.strip()
 
 
 def test_dasks_environment_variables_set_shardwise():
@@ -70,11 +78,33 @@ def test_dasks_environment_variables_set_shardwise():
         DASK_SHARDWISE__INDEX_CACHE_BYTES="1 MiB",
     )
     assert found == f"7 {2 << 20} {1 << 20}"
-    # (the cache's own variable wins over dask's)
-    found = _in_a_new_process(
-        code, DASK_SHARDWISE__INDEX_CACHE_BYTES="1 MiB", SHARDWISE_INDEX_CACHE_BYTES="4096"
-    )
-    assert found.endswith(" 4096")
+
+
+def test_the_old_index_cache_variable_is_read_with_a_warning_naming_dasks(monkeypatch):
+    """``SHARDWISE_INDEX_CACHE_BYTES`` is deprecated: read for one release more (over
+    dask's variable, as it was), with a ``FutureWarning`` naming what to set instead."""
+    monkeypatch.setenv("SHARDWISE_INDEX_CACHE_BYTES", "4 KiB")
+    with pytest.warns(FutureWarning, match="SHARDWISE_INDEX_CACHE_BYTES is deprecated") as info:
+        assert config.index_cache_bytes() == 4096
+    message = str(info[0].message)
+    assert "DASK_SHARDWISE__INDEX_CACHE_BYTES='4 KiB'" in message
+    assert "shardwise.index-cache-bytes" in message
+    # as a user meets it: the process's cache is bounded by it, and the warning is shown
+    code = "import shardwise; print(shardwise.cache.index_cache().max_bytes)"
+    proc = _run(code, DASK_SHARDWISE__INDEX_CACHE_BYTES="1 MiB", SHARDWISE_INDEX_CACHE_BYTES="4096")
+    assert proc.stdout.strip() == "4096"
+    assert "FutureWarning" in proc.stderr and "DASK_SHARDWISE__INDEX_CACHE_BYTES" in proc.stderr
+    # dask's variable alone: no warning
+    proc = _run(code, DASK_SHARDWISE__INDEX_CACHE_BYTES="1 MiB")
+    assert proc.stdout.strip() == str(1 << 20) and "Warning" not in proc.stderr
+
+
+def test_the_defaults_file_is_read_without_importing_yaml_here():
+    """The defaults are parsed by dask's reader of its own configuration files: shardwise
+    imports no YAML library itself (pyyaml is dask's dependency, not shardwise's)."""
+    assert config.defaults()["shardwise"]["shard-bytes"] == "128 MiB"
+    for path in SRC.rglob("*.py"):
+        assert not re.search(r"^\s*(import|from) yaml\b", path.read_text(), re.M), path
 
 
 def test_a_bad_setting_is_refused_with_its_name():

@@ -1,10 +1,13 @@
 """The package as a user installs it: an sdist and a wheel that ``twine check``
-passes, and the wheel in a fresh virtual environment (no editable install, no test
-extras) registering the xarray engine and writing and reading a small dataset."""
+passes, and the wheel in a fresh virtual environment (no editable install, no
+development tools) registering the xarray engine and writing and reading a small
+dataset. And pyproject's promises about what it declares: each runtime dependency says
+why, the extras are optional features, the development tools are dependency groups."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +29,11 @@ TEST_ONLY = [
     "obstore",
     "matplotlib",
     "bokeh",
+    "crc32c",  # (the tests' second implementation: shardwise's checksums are google-crc32c's)
 ]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# the optional features a user installs by name; nothing else is an extra
+FEATURES = {"s3", "gcs", "azure", "http", "icechunk"}
 
 
 def run(*args: object, cwd: Path | None = None) -> str:
@@ -56,15 +63,59 @@ def test_sdist_and_wheel_build_and_pass_twine_check(dist):
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "notebooks/"))]
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
-    assert "Provides-Extra: s3" in text and "Provides-Extra: suite" in text
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    extras = set(re.findall(r"^Provides-Extra: (\S+)$", text, re.M))
+    assert extras == FEATURES  # no development tools among them
+    declared = PYPROJECT["project"]["dependencies"]
     for dependency in declared:  # the floors make test-lowest tests, as pyproject has them
         assert f"Requires-Dist: {dependency}" in text, dependency
+    required = re.findall(r"^Requires-Dist: ([^;\n]+)$", text, re.M)  # (no "; extra ==")
+    assert sorted(required) == sorted(declared)
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert (
         "shardwise = shardwise.xarray.backend:ShardwiseBackendEntrypoint"
         in zipfile.ZipFile(wheel).read(entry).decode()
     )
+
+
+def test_each_runtime_dependency_says_what_needs_it():
+    """One comment per hard dependency in pyproject.toml: on its line, or the lines just
+    above it."""
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index("\ndependencies = [")
+    lines = text[start : text.index("\n]", start)].splitlines()[1:]
+    for n, line in enumerate(lines):
+        if line.strip().startswith('"'):
+            assert "#" in line or lines[n - 1].strip().startswith("#"), line
+
+
+def test_development_tools_are_dependency_groups_the_makefile_installs():
+    """pytest, ruff, mkdocs... are in [dependency-groups] (pip install --group), not in the
+    package's extras; every group and extra the Makefile installs exists, and the runs on
+    Python 3.13 and on the lowest versions install the test group with every extra."""
+    groups = PYPROJECT["dependency-groups"]
+    assert {"test", "lint", "docs", "bench", "dev"} <= set(groups)
+    assert set(PYPROJECT["project"]["optional-dependencies"]) == FEATURES
+
+    def names(group: str) -> set[str]:
+        found = set()
+        for item in groups[group]:
+            if isinstance(item, dict):
+                found |= names(item["include-group"])
+            else:
+                found.add(re.split(r"[\[<>=!~; ]", item, maxsplit=1)[0].lower())
+        return found
+
+    assert {"pytest", "hypothesis", "tensorstore", "crc32c"} <= names("test")
+    assert {"ruff", "mypy", "import-linter"} <= names("lint")
+    assert {"mkdocs", "pytest-benchmark"} <= names("dev") and "pytest-benchmark" in names("bench")
+    makefile = (ROOT / "Makefile").read_text()
+    extras = re.search(r"^EXTRAS := (\S+)$", makefile, re.M)
+    assert extras is not None and set(extras[1].split(",")) == FEATURES
+    installed = re.findall(r"--group (\S+)", makefile)
+    assert set(installed) == {"dev", "test"} and set(installed) <= set(groups)
+    for line in makefile.splitlines():
+        if "pip install" in line or "$(call UV," in line:
+            assert "[test]" not in line and "[suite]" not in line, line
 
 
 @pytest.mark.slow

@@ -106,3 +106,15 @@ def test_reading_a_rectilinear_array_names_the_release_it_needs(tmp_path, reader
         else:
             xr.open_dataset(store, engine="shardwise", consolidated=False)
     assert "zarr-python >= 3.2" in str(info.value) and "v/zarr.json" in str(info.value)
+
+
+def test_every_private_name_resolves_on_the_installed_releases():
+    """What ``shardwise._compat`` says of the releases its private names were checked
+    against, checked wherever the suite runs (the floors, the middle of the window, the
+    newest): each name imports, from where ``_WHERE`` says or, on older releases, from
+    ``_BEFORE``; a feature's name is absent only where the feature is (``NEWER``)."""
+    for name in _compat._WHERE:
+        value = getattr(_compat, name)
+        feature = _compat._FEATURE_OF.get(name)
+        absent = (value.__doc__ or "").startswith("absent:")
+        assert absent == (feature is not None and not _compat.has(feature)), name

@@ -3,11 +3,13 @@
 Every name here is internal to the library it comes from: not in its documentation, or
 documented only under a private module. ``_WHERE`` says, for each, where it lives, what
 shardwise uses it for, the versions it was checked against and the public API to move to
-once there is one. Checked against zarr 3.4.2, dask 2026.8.0 and xarray 2026.9.0, and
-(``make test-lowest``) the floors pyproject declares. Features only the newer releases
-in the supported window have are listed in :data:`NEWER` (refused, with the release
-they need, on the others); names older releases keep elsewhere in ``_BEFORE``. A private API that has gained a public home is imported from that home where
-it is used, not from here
+once there is one. Checked across the versions pyproject declares: the floors (zarr
+3.1.3, dask 2025.9, xarray 2025.11; ``make test-lowest``), the middle of the window
+(zarr 3.3, xarray 2026.7; ``make test-3.13``) and the newest (zarr 3.4.2, dask 2026.8.0,
+xarray 2026.9.0). Features only the newer releases in the window have are listed in
+:data:`NEWER` (refused, with the release they need, on the others); names older releases
+keep elsewhere in ``_BEFORE``. A private API that has gained a public home is imported
+from that home where it is used, not from here
 (``zarr.buffer.default_buffer_prototype``, ``zarr.abc.buffer.Buffer``,
 ``dask.task_spec.Task``, ``xarray.backends.ZarrStore``, ...).
 
@@ -61,7 +63,8 @@ if TYPE_CHECKING:
 
 # name: (module, attribute in it)
 _WHERE: dict[str, tuple[str, str]] = {
-    # --- zarr-python: 3.4.2 (the floor; these names are in 3.2-3.4.1 too) -----------------
+    # --- zarr-python: 3.1.3 (the floor) to 3.4.2; the chunk grids' names are 3.2's (zarr 3.1
+    # keeps the regular one elsewhere: _BEFORE; the rectilinear one came with 3.2: NEWER) ---
     # Runs a coroutine on zarr's I/O event loop from synchronous code; every store request
     # shardwise makes outside a task's own loop goes through it. Public: none
     # (zarr.api.synchronous wraps its calls in it without exporting it).
@@ -90,7 +93,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     # runs for shardwise). Public: none (zarr.abc.codec's signatures take it).
     "ArrayConfig": ("zarr.core.array_spec", "ArrayConfig"),
     "ArraySpec": ("zarr.core.array_spec", "ArraySpec"),
-    # --- dask: 2025.1 (the floor) to 2026.8.0 ----------------------------------------------
+    # --- dask: 2025.9 (the floor) to 2026.8.0 ----------------------------------------------
     # The getter dask.array.from_array puts in its tasks; the fan-out read graph calls it
     # as from_array would. Public: none (dask.array.from_array builds the whole layer).
     "getter": ("dask.array.core", "getter"),
@@ -103,7 +106,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     # The block-location argument of a Blockwise layer (what map_blocks' block_info is
     # built from). Public: none (map_blocks with block_info).
     "ArraySliceDep": ("dask.layers", "ArraySliceDep"),
-    # --- xarray: 2026.9.0 (the floor) -------------------------------------------------------
+    # --- xarray: 2025.11 (the floor) to 2026.9.0 --------------------------------------------
     # explicit_indexing_adapter, async_explicit_indexing_adapter, IndexingSupport,
     # LazilyIndexedArray, ImplicitToExplicitIndexingAdapter, OuterIndexer: what a backend
     # array is indexed and wrapped with. Documented for backends (how-to-add-new-backend)
@@ -226,13 +229,13 @@ def needed(feature: str) -> str:
 
 def lazy_data(obj: Any) -> Any:
     """A Variable's lazily indexed array (``Variable._data``; ``.data`` would load it),
-    or ``obj`` itself when it has none. xarray 2026.9.0. Public: none."""
+    or ``obj`` itself when it has none. xarray 2025.11-2026.9. Public: none."""
     return getattr(obj, "_data", obj)
 
 
 def closer(ds: Any) -> Callable[[], None] | None:
     """The close callback of a Dataset a backend opened (``Dataset._close``), to hand to
-    another Dataset's ``set_close``. xarray 2026.9.0. Public: none
+    another Dataset's ``set_close``. xarray 2025.11-2026.9. Public: none
     (``Dataset.close`` closes and forgets it)."""
     close: Callable[[], None] | None = ds._close
     return close
@@ -241,14 +244,14 @@ def closer(ds: Any) -> Callable[[], None] | None:
 def validate_region(zstore: Any, ds: Any) -> Any:
     """``ds`` with its ``region`` worked out and checked against the arrays ``zstore``
     (a writable ``xarray.backends.ZarrStore``) opened, as ``Dataset.to_zarr`` does before
-    writing (``ZarrStore._validate_and_autodetect_region``). xarray 2026.9.0.
+    writing (``ZarrStore._validate_and_autodetect_region``). xarray 2025.11-2026.9.
     Public: none (``Dataset.to_zarr(region="auto")`` does it and writes)."""
     return zstore._validate_and_autodetect_region(ds)
 
 
 def validate_encoding(zstore: Any, encoding: Any) -> None:
     """Refuse an ``encoding`` for variables that exist in ``zstore`` already, as
-    ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2026.9.0.
+    ``Dataset.to_zarr`` does (``ZarrStore._validate_encoding``). xarray 2025.11-2026.9.
     Public: none."""
     zstore._validate_encoding(encoding)
 
@@ -288,7 +291,7 @@ def codec_sync_method(codec: Any, direction: str) -> Any:
 def literal(value: Any) -> Any:
     """A zarr-python codec setting as the string the Zarr spec names it by (``"little"``,
     ``"end"``, ...), None and other values as they are. zarr 3.4 holds the strings; zarr
-    3.2 and 3.3 hold enums (``Endian``, ``ShardingCodecIndexLocation``, ``BloscShuffle``,
+    3.1 to 3.3 hold enums (``Endian``, ``ShardingCodecIndexLocation``, ``BloscShuffle``,
     ``BloscCname``) that neither equal the string (``Endian.big == "big"`` is False) nor
     print as it (``str(Endian.big)`` is ``"Endian.big"``): compared as they are, every
     multi-byte value would be read in the wrong byte order and every index at the start
@@ -299,7 +302,7 @@ def literal(value: Any) -> Any:
 def from_dict(cls: Any, doc: dict[str, Any], path: str) -> Any:
     """``cls.from_dict(doc)`` for zarr-python's metadata classes, naming the node
     (``path=``) where zarr-python takes it: zarr 3.4.2 names it in the warnings its
-    parsers give, zarr 3.2-3.4.1 take the document alone. Public: none."""
+    parsers give, zarr 3.1.3-3.4.1 take the document alone. Public: none."""
     import inspect
 
     if "path" in inspect.signature(cls.from_dict).parameters:
@@ -310,7 +313,7 @@ def from_dict(cls: Any, doc: dict[str, Any], path: str) -> Any:
 def sharding_codec(metadata: Any) -> ShardingCodec | None:
     """The sharding codec of Zarr v3 array metadata (an ``ArrayV3Metadata``), or None
     for an unsharded array: what ``ArrayV3Metadata.sharding_codec`` gives from zarr 3.4
-    on (zarr 3.2 and 3.3 lack it, and zarr marks it for moving to the Array class).
+    on (zarr 3.1 to 3.3 lack it, and zarr marks it for moving to the Array class).
     Public: none."""
     from zarr.codecs import ShardingCodec
 
@@ -323,7 +326,7 @@ def sharding_codec(metadata: Any) -> ShardingCodec | None:
 def replace_metadata(metadata: Any, **changes: Any) -> Any:
     """``metadata`` (an ``ArrayV3Metadata``, a frozen dataclass) with ``changes`` made
     (``dataclasses.replace``; its ``__init__`` checks them again: the chunk grid against
-    the shape, the inner chunks against every shard). zarr 3.2-3.4. Public: none
+    the shape, the inner chunks against every shard). zarr 3.1-3.4. Public: none
     (``zarr.Array.update_attributes`` changes attributes only; ``resize`` the shape only,
     never the grid)."""
     from dataclasses import replace
@@ -430,6 +433,6 @@ def s3fs_os_error(error: Exception, path: str) -> Exception:
 
 def memory_store_dict(store: Any) -> Any:
     """The dict behind a zarr-python ``MemoryStore`` (``_store_dict``: key -> Buffer),
-    whose objects' identities are their versions for conditional puts. zarr 3.2-3.4.
+    whose objects' identities are their versions for conditional puts. zarr 3.1-3.4.
     Public: none (``MemoryStore(store_dict=...)`` takes one in, nothing gives it out)."""
     return store._store_dict

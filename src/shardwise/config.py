@@ -6,12 +6,14 @@ file is added with ``dask.config.update_defaults`` when this module is imported,
 anything the user set). So they are set as dask's own are: ``dask.config.set(...)`` for
 a block of code, a YAML file in ``~/.config/dask/``, or environment variables through
 dask's own mapping (``DASK_SHARDWISE__SHARD_BYTES="256 MiB"``, read when dask is
-imported). ``SHARDWISE_INDEX_CACHE_BYTES`` is also read, for the index cache's bound.
+imported). ``SHARDWISE_INDEX_CACHE_BYTES`` is deprecated: read for this release only, with
+a ``FutureWarning``; dask's ``DASK_SHARDWISE__INDEX_CACHE_BYTES`` sets the same bound.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +26,17 @@ DEFAULTS_FILE = "shardwise.yaml"
 """The defaults file, in the package."""
 
 CACHE_BYTES_VARIABLE = "SHARDWISE_INDEX_CACHE_BYTES"
-"""The environment variable bounding the index cache (in bytes) when it is made; it wins
-over ``shardwise.index-cache-bytes``."""
+"""A deprecated environment variable bounding the index cache (in bytes), read for this
+release only: when the cache is made, over ``shardwise.index-cache-bytes``, with a
+``FutureWarning`` naming dask's ``DASK_SHARDWISE__INDEX_CACHE_BYTES`` instead."""
 
 
 def defaults() -> dict[str, Any]:
-    """The defaults file's settings: ``{"shardwise": {"shard-bytes": "128 MiB", ...}}``."""
-    import yaml  # type: ignore[import-untyped]
-
-    text = (Path(__file__).parent / DEFAULTS_FILE).read_text(encoding="utf-8")
-    loaded = yaml.safe_load(text)
-    assert isinstance(loaded, dict) and isinstance(loaded.get("shardwise"), dict)
+    """The defaults file's settings: ``{"shardwise": {"shard-bytes": "128 MiB", ...}}``.
+    Parsed by dask's own reader of configuration files (``dask.config.collect``, given this
+    file and no environment), as dask's YAML files are."""
+    loaded = dask.config.collect(paths=[str(Path(__file__).parent / DEFAULTS_FILE)], env={})
+    assert isinstance(loaded.get("shardwise"), dict), loaded
     return loaded
 
 
@@ -55,9 +57,18 @@ def get_bytes(name: str) -> int:
 
 
 def index_cache_bytes() -> int:
-    """The bound of the index cache: ``SHARDWISE_INDEX_CACHE_BYTES`` when set, else
-    ``shardwise.index-cache-bytes``."""
+    """The bound of the index cache: ``shardwise.index-cache-bytes`` (dask's
+    ``DASK_SHARDWISE__INDEX_CACHE_BYTES`` sets it), unless the deprecated
+    ``SHARDWISE_INDEX_CACHE_BYTES`` is set (a ``FutureWarning``)."""
     value = os.environ.get(CACHE_BYTES_VARIABLE)
     if value is None:
         return get_bytes("index-cache-bytes")
+    warnings.warn(
+        f"{CACHE_BYTES_VARIABLE} is deprecated and will not be read in the next release: "
+        f"set DASK_SHARDWISE__INDEX_CACHE_BYTES={value!r} instead (dask's variable for the "
+        "setting shardwise.index-cache-bytes), or "
+        f"dask.config.set({{'shardwise.index-cache-bytes': {value!r}}}) before the first read",
+        FutureWarning,
+        stacklevel=2,
+    )
     return int(value) if value.strip().isdigit() else int(parse_bytes(value))

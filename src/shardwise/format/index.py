@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import crc32c as _crc32c
+import google_crc32c
 import numpy as np
 import numpy.typing as npt
 
@@ -36,7 +36,13 @@ Table = npt.NDArray[np.uint64]
 
 
 def crc32c(data: bytes | memoryview | npt.NDArray[np.uint8]) -> int:
-    return int(_crc32c.crc32c(data))
+    """The CRC-32C (Castagnoli) of ``data``, as the ``crc32c`` codec stores it. Computed by
+    google-crc32c, which takes read-only buffers only (bytes, numpy arrays): any other
+    buffer (a memoryview, a bytearray) is handed over as a numpy view of the same memory,
+    not copied."""
+    if not isinstance(data, bytes | np.ndarray):
+        data = np.frombuffer(data, dtype=np.uint8)
+    return int(google_crc32c.value(data))
 
 
 @dataclass(frozen=True, slots=True)

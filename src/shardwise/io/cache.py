@@ -294,8 +294,8 @@ class InFlight:
 class ProcessIndexes:
     """The owner of what this process keeps of shard indexes (see the module
     docstring for its lifetime and thread safety): ``cache``, the ``IndexCache``
-    (made on first use, bounded by ``SHARDWISE_INDEX_CACHE_BYTES`` or dask config
-    ``shardwise.index-cache-bytes`` read then, 64 MiB by default); ``supplied``, the ``SuppliedIndexes`` of the running read tasks;
+    (made on first use, bounded by dask config ``shardwise.index-cache-bytes`` read then,
+    64 MiB by default); ``supplied``, the ``SuppliedIndexes`` of the running read tasks;
     ``in_flight``, the ``InFlight`` loads."""
 
     def __init__(self) -> None:
@@ -339,8 +339,8 @@ def process_indexes() -> ProcessIndexes:
 
 def index_cache() -> IndexCache:
     """This process's shard-index cache (64 MiB by default, or dask config
-    ``shardwise.index-cache-bytes``, or the ``SHARDWISE_INDEX_CACHE_BYTES`` environment
-    variable)."""
+    ``shardwise.index-cache-bytes``: ``DASK_SHARDWISE__INDEX_CACHE_BYTES`` in the
+    environment)."""
     return _PROCESS.cache
 
 
