@@ -38,7 +38,6 @@ def _text(help_text: str | None) -> str:
 
 def cli_markdown() -> str:
     """The command-line reference: the ``shardwise`` group, then each command."""
-    import click
 
     from shardwise.cli import main
 
@@ -129,7 +128,9 @@ def settings() -> list[tuple[str, str, str, str]]:
     return found
 
 
-def _env(key: str) -> str:
+def environment_variable(key: str) -> str:
+    """The variable dask reads a setting from: ``concurrency.network`` is
+    ``DASK_SHARDWISE__CONCURRENCY__NETWORK``."""
     return "DASK_SHARDWISE__" + "__".join(part.upper().replace("-", "_") for part in key.split("."))
 
 
@@ -140,8 +141,8 @@ def settings_markdown() -> str:
         if where != section:
             section = where
             out += ["", f"## {where.capitalize()}", ""]
-            out += ["| setting | default | meaning | environment variable |", "|---|---|---|---|"]
-        out.append(f"| `shardwise.{key}` | `{default}` | {meaning} | `{_env(key)}` |")
+            out += ["| setting | default | meaning |", "|---|---|---|"]
+        out.append(f"| `shardwise.{key}` | `{default}` | {meaning} |")
     return "\n".join(out).strip() + "\n"
 
 
