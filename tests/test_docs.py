@@ -109,7 +109,10 @@ def test_howto_blocks_run(page, tmp_path, monkeypatch):
     namespace = {"ds": ds, "shardwise": shardwise, "xr": xr}
     assert run_blocks(DOCS / page, tmp_path, namespace, monkeypatch) == HOWTO[page]
     if page == "tools.md":
-        assert isinstance(namespace["report"], shardwise.tools.verify.VerifyReport) and namespace["report"].ok
+        assert (
+            isinstance(namespace["report"], shardwise.tools.verify.VerifyReport)
+            and namespace["report"].ok
+        )
 
 
 def test_every_page_with_python_blocks_is_run():
