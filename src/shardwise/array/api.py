@@ -49,7 +49,7 @@ from shardwise.io.icechunk import check_session, refuse_commit
 from shardwise.io.retry import retries, tries
 from shardwise.io.staged import StagedWrite
 
-__all__ = ["from_zarr", "is_array", "naming_client_errors", "to_zarr", "write_array"]
+__all__ = ["from_zarr", "is_array", "naming_client_errors", "to_zarr"]
 
 
 def naming_client_errors(where: Callable[..., str]) -> Callable[[Any], Any]:
@@ -222,59 +222,18 @@ def to_zarr(
         progress=progress,
         independent_writers=independent_writers,
     )
-    return write_array(
-        x,
-        store,
-        options=options,
-        path=path,
-        mode=mode,
-        region=region,
-        append_dim=append_dim,
-        compute=compute,
-        zarr_format=zarr_format,
-        storage_options=storage_options,
-        creation={
-            "shards": shards,
-            "chunks": chunks,
-            "compressors": compressors,
-            "filters": filters,
-            "serializer": serializer,
-            "fill_value": fill_value,
-            "attributes": attributes,
-            "dimension_names": dimension_names,
-        },
-        commit=commit,
-        component=component,
-        overwrite=overwrite,
-        return_stored=return_stored,
-        zarr_array_kwargs=zarr_array_kwargs,
-    )
-
-
-def write_array(
-    x: Any,
-    store: Any,
-    *,
-    options: WriteOptions,
-    path: str | None = None,
-    mode: str | None = None,
-    region: Any = None,
-    append_dim: int | None = None,
-    compute: bool = True,
-    zarr_format: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-    creation: Mapping[str, Any],
-    commit: str | None = None,
-    component: str | None = None,
-    overwrite: bool | None = None,
-    return_stored: bool = False,
-    zarr_array_kwargs: Mapping[str, Any] | None = None,
-) -> Any:
-    """``to_zarr`` with its write options parsed (``options``) and the new array's
-    ``creation`` arguments in one mapping (``shards``, ``chunks`` and zarr-python's
-    ``create_array`` arguments, None where not given)."""
+    creation = {
+        "shards": shards,
+        "chunks": chunks,
+        "compressors": compressors,
+        "filters": filters,
+        "serializer": serializer,
+        "fill_value": fill_value,
+        "attributes": attributes,
+        "dimension_names": dimension_names,
+    }
     store, path, mode, extra = dask_call(
-        store, path, component, mode, overwrite, storage_options, dict(zarr_array_kwargs or {})
+        store, path, component, mode, overwrite, storage_options, zarr_array_kwargs
     )
     if mode == "w":  # replacing what is there: never what the data is read from
         check_not_replacing_sources([x], store, storage_options, path)

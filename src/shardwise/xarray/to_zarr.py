@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 import shardwise._compat as _compat
 from shardwise._flags import consolidate_metadata
-from shardwise.array.api import is_array, naming_client_errors, write_array
+from shardwise.array.api import is_array, naming_client_errors
+from shardwise.array.api import to_zarr as array_to_zarr
 from shardwise.array.create import CREATION
 from shardwise.array.options import WriteOptions
 from shardwise.array.replacing import check_not_replacing_sources
@@ -253,7 +254,19 @@ def to_zarr(
             "consolidated": consolidated,
             "chunkmanager_store_kwargs": chunkmanager_store_kwargs,
         }
-        return _array_to_zarr(obj, store, options, common, dataset, kwargs)
+        return _array_to_zarr(
+            obj,
+            store,
+            dataset,
+            **common,
+            write_order=write_order,
+            shards_per_task=shards_per_task,
+            encode_split=encode_split,
+            write_empty_chunks=write_empty_chunks,
+            progress=progress,
+            independent_writers=independent_writers,
+            **kwargs,
+        )
     _refuse_array_options(kwargs)
     return _xarray_to_zarr(
         obj,
@@ -267,14 +280,7 @@ def to_zarr(
     )
 
 
-def _array_to_zarr(
-    x: Any,
-    store: Any,
-    options: WriteOptions,
-    common: dict[str, Any],
-    dataset: dict[str, Any],
-    kwargs: dict[str, Any],
-) -> Any:
+def _array_to_zarr(x: Any, store: Any, dataset: dict[str, Any], **kwargs: Any) -> Any:
     """A dask array given to ``to_zarr``: handed on to the dask-array writer (with a
     ``FutureWarning``), once the Dataset options are refused."""
     warnings.warn(
@@ -295,14 +301,7 @@ def _array_to_zarr(
             advice="Give the array's place with path= and its codecs as keywords. "
             "Nothing was written.",
         )
-    creation = {k: kwargs.pop(k, None) for k in CREATION}
-    creation.update(shards=common.pop("shards"), chunks=common.pop("chunks"))
-    named = {
-        k: kwargs.pop(k) for k in ("path", "component", "overwrite", "return_stored") if k in kwargs
-    }
-    return write_array(
-        x, store, options=options, creation=creation, zarr_array_kwargs=kwargs, **common, **named
-    )
+    return array_to_zarr(x, store, **kwargs)
 
 
 def _xarray_to_zarr(
