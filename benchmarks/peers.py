@@ -98,8 +98,10 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE / "data"
 sys.path.insert(0, str(HERE))
+from common import DATA_DIR  # noqa: E402
+
+DATA = DATA_DIR
 
 READ_METHODS = (
     "floor",
