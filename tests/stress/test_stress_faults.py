@@ -63,7 +63,7 @@ TIMEOUTS = {"config_kwargs": {"read_timeout": 2, "connect_timeout": 2}}
 WORKER = Path(__file__).parents[1] / "concurrency_worker.py"
 
 CASES = [
-    pytest.param(client, op, fault, rate, id=f"{client}-{op}-{fault}-{rate:.0%}")
+    pytest.param(client, op, fault, rate, id=f"{client}-{op}-{fault}-at{round(rate * 100)}")
     for client in ("s3fs", "obstore")
     for op in [*DATASET_OPS, *ARRAY_OPS, *(S3FS_ONLY if client == "s3fs" else [])]
     for fault in FAULTS
