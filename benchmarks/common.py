@@ -709,7 +709,10 @@ def smooth_field(
 
 
 # -- the tools' data (migrate, reshard) ---------------------------------------------------
-TOOLS_SHAPE = (256, 1024, 1024)
+# SHARDWISE_BENCH_SMALL=1: the data of migrate, reshard and rectilinear at an eighth of
+# their size (the tests' smoke runs, whose figures nobody keeps)
+SMALL = bool(os.environ.get("SHARDWISE_BENCH_SMALL"))
+TOOLS_SHAPE = (32 if SMALL else 256, 1024, 1024)
 TOOLS_INNER = (1, 512, 512)
 TOOLS_PER_SHARD = (16, 2, 2)
 TOOLS_SHARD = tuple(c * n for c, n in zip(TOOLS_INNER, TOOLS_PER_SHARD, strict=True))

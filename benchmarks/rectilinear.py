@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import (
     DATA_DIR,
     MIB,
+    SMALL,
     CpuMeter,
     Memory,
     machine,
@@ -67,9 +68,9 @@ from common import (
 )
 
 MONTHS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-SHAPE = (sum(MONTHS), 512, 1440)
-INNER = (1, 256, 1440)
-REGULAR = (30, 512, 1440)
+SHAPE = (sum(MONTHS), 512, 180 if SMALL else 1440)  # (SMALL: common.py)
+INNER = (1, 256, SHAPE[2])
+REGULAR = (30, 512, SHAPE[2])
 METHODS = ("shardwise shards='dask'", "rechunk + ds.to_zarr", "shardwise regular shards")
 SOURCES = ("computed", "persisted")
 TARGET = 1.5  # shards="dask" speed-up over rechunk + ds.to_zarr

@@ -1,7 +1,8 @@
 """The benchmark scripts run: each comparison script's smoke run (small sizes, one round)
 exits 0 through ``benchmarks/run.py``, which prints it after a header saying how, when and
 on what it ran, and keeps it where ``--keep`` says. Their stores go to a temporary folder
-(``SHARDWISE_BENCH_DATA``).
+(``SHARDWISE_BENCH_DATA``), the tools' and the rectilinear data at an eighth of their size
+(``SHARDWISE_BENCH_SMALL``).
 
 Nothing here times anything or checks a figure: the figures are the benchmarks'
 (``docs/benchmarks/``), never the tests'. ``remote_read.py``'s smoke runs are
@@ -65,7 +66,8 @@ def test_the_smoke_run_exits_0_and_is_kept_with_its_header(script, tmp_path):
         text=True,
         timeout=540,
         cwd=ROOT,
-        env=os.environ | {"SHARDWISE_BENCH_DATA": str(tmp_path / "data")},
+        env=os.environ
+        | {"SHARDWISE_BENCH_DATA": str(tmp_path / "data"), "SHARDWISE_BENCH_SMALL": "1"},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = kept.read_text()
