@@ -172,13 +172,29 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-# the benchmarks, one after the other (hours; results in benchmarks/results/, see
-# docs/benchmarks/); `make bench-quick` is a smoke run of all of them at small sizes
+# The benchmarks (docs/benchmarks/): `make bench BENCH="benchmarks/inventory.py --shards 100"`
+# runs one script through benchmarks/run.py, which prints what the script prints after a
+# header (command, date, commit, machine, versions); KEEP=NAME also keeps that in
+# benchmarks/results/NAME.txt (each page gives the command of what it shows). Run them on
+# an otherwise idle machine. `make bench-quick` smoke-runs every script at small sizes,
+# keeping nothing (tests/test_benchmarks.py, tests/test_remote_bench.py); `make
+# bench-micro` times the micro-benchmarks (pytest-benchmark, tests/benchmarks/), which the
+# suite runs once each, untimed.
+.PHONY: bench-micro stress
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py all
+	@test -n "$(BENCH)" || { echo 'make bench BENCH="benchmarks/<script>.py [arguments]" [KEEP=<name>]'; exit 2; }
+	$(BIN)/python benchmarks/run.py $(if $(KEEP),--keep $(KEEP)) $(BENCH)
 
 bench-quick: $(STAMP)
-	$(BIN)/python benchmarks/run.py --quick all
+	$(BIN)/python -m pytest tests/test_benchmarks.py tests/test_remote_bench.py $(PYTEST_ARGS)
+
+bench-micro: $(STAMP)
+	$(BIN)/python -m pytest tests/benchmarks --benchmark-enable --benchmark-sort=name $(PYTEST_ARGS)
+
+# the stress tests (tests/stress/): what the suite checks, longer and harder (faults at
+# high rates on every operation, more writers, longer races); an hour or more
+stress: $(STAMP)
+	$(BOUNDED) 180m $(BIN)/python -m pytest tests/stress -m stress $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(LOWEST) $(PY313) .ci/azurite/node_modules demo-data site benchmarks/data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -37,10 +37,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from read_throughput import CpuMeter, make_field, print_cpu, timed
-from throughput_common import CompressFloor
-from write_throughput import two_workers
+from common import (
+    DATA_DIR,
+    CompressFloor,
+    CpuMeter,
+    machine,
+    make_field,
+    print_cpu,
+    timed,
+    two_workers,
+)
 
 INNER = (512, 512)
 BIG = (8192, 8192)  # 256 MiB of float32
@@ -57,7 +63,7 @@ def encoding(shard: tuple[int, int]) -> dict[str, Any]:
 
 def codec_floor(values: np.ndarray, repeats: int) -> float:
     """zstd level 1 on every inner chunk, 2 threads, one reused context and output
-    buffer per thread (``throughput_common.CompressFloor``); the best of ``repeats``
+    buffer per thread (``common.CompressFloor``); the best of ``repeats``
     runs after a warm-up."""
     chunks = [
         np.ascontiguousarray(values[y : y + INNER[0], x : x + INNER[1]])

@@ -34,9 +34,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from inventory import measure
-from read_throughput import timed
+from common import (
+    DATA_DIR,
+    machine,
+    median_of,
+    timed,
+)
 
 SHARD, INNER = 100, 10
 GRID = 10**7  # shards per dimension
@@ -119,7 +122,7 @@ def main() -> None:
     rows = []
     for n in args.stored:
         path = ensure_store(n)
-        t_info, found = measure(lambda p=path: shardwise.info(p), args.repeats)
+        t_info, found = median_of(lambda p=path: shardwise.info(p), args.repeats)
         (a,) = found.arrays
         assert a.error is None and a.shards_present == n and a.shards_total == GRID**2
 
@@ -128,7 +131,7 @@ def main() -> None:
         reads = sum(1 for r in counting.log.gets() if r.key.startswith("v/c/"))
         assert reads == n
 
-        t_verify, report = measure(lambda p=path: shardwise.verify(p), args.repeats)
+        t_verify, report = median_of(lambda p=path: shardwise.verify(p), args.repeats)
         assert report.ok and report.shards == n
 
         i, j = points(n)[0]
@@ -136,7 +139,7 @@ def main() -> None:
         def point(p: Path = path, i: int = i, j: int = j) -> float:
             return float(shardwise.ArrayReader.open(p, "v")[i, j])
 
-        t_point, value = measure(point, args.repeats)
+        t_point, value = median_of(point, args.repeats)
         assert value == 1.0
 
         def refused(p: Path = path) -> bool:
@@ -146,7 +149,7 @@ def main() -> None:
                 return True
             return False
 
-        t_inventory, ok = measure(refused, args.repeats)
+        t_inventory, ok = median_of(refused, args.repeats)
         assert ok
         rows.append((n, t_info, reads + 1, t_verify, t_point, t_inventory, peak_growth(path)))
 

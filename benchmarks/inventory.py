@@ -25,16 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from read_throughput import timed
+from common import (
+    DATA_DIR,
+    machine,
+    median_of,
+    timed,
+)
 
 INNER = 4  # values per inner chunk
 PER_SHARD = 4  # inner chunks per shard
@@ -76,16 +78,6 @@ def ensure_store(nshards: int) -> Path:
     return path
 
 
-def measure(fn: Any, repeats: int) -> tuple[float, Any]:
-    fn()  # warm-up
-    times = []
-    out = None
-    for _ in range(repeats):
-        t, out = timed(fn)
-        times.append(t)
-    return statistics.median(times), out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[100, 1000, 10000])
@@ -110,7 +102,7 @@ def main() -> None:
     with dask.config.set(settings):
         for nshards in args.shards:
             path = ensure_store(nshards)
-            local, ds = measure(lambda p=path: shardwise.inventory(p), args.repeats)
+            local, ds = median_of(lambda p=path: shardwise.inventory(p), args.repeats)
             truth = expected_present(nshards)
             assert (ds.present.values == truth).all()
             assert ds.attrs["shards_present"] == nshards
@@ -127,7 +119,9 @@ def main() -> None:
             slow = None
             if args.latency > 0:
                 store = LatencyStore(LocalStore(path, read_only=True), args.latency)
-                slow, _ = measure(lambda s=store: shardwise.inventory(s), max(1, args.repeats // 2))
+                slow, _ = median_of(
+                    lambda s=store: shardwise.inventory(s), max(1, args.repeats // 2)
+                )
             rows.append((nshards, local, requests, len(gets) - len(data_gets), slow))
 
     print()

@@ -1,4 +1,4 @@
-"""Migrating a store of the 2022 sharding draft: shardwise.tools.migrate.migrate against decoding it
+"""Migrating a store of the 2022 sharding draft: shardwise's migrate against decoding it
 and rewriting it, and against a plain copy of its files.
 
 A float32 variable ``v`` (time, y, x) of 256 x 1024 x 1024 (1 GiB raw) stored as the
@@ -10,9 +10,9 @@ source is written once under ``benchmarks/data/`` by a writer of the draft's bin
 format in this file (shardwise has no draft writer), then, on a ``distributed.
 LocalCluster`` of 2 single-threaded worker processes, three ways to a Zarr v3 store:
 
-  shardwise.tools.migrate.migrate        shardwise.tools.migrate.migrate(src, dst): the compressed inner chunks
-                           copied as bytes into sharding_indexed shards, one task per
-                           shard
+  shardwise.tools.migrate.migrate        shardwise.tools.migrate.migrate(src, dst): the compressed
+                           inner chunks copied as bytes into sharding_indexed shards,
+                           one task per shard
   decode and rewrite       shardwise.to_zarr(xr.open_dataset(src, engine="shardwise",
                            chunks={}), dst, encoding=<the same chunks, shards and
                            compressor>): what a user does without migrate (every
@@ -45,14 +45,25 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from read_throughput import CpuMeter, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
+from common import (
+    DATA_DIR,
+    MIB,
+    TOOLS_INNER,
+    TOOLS_PER_SHARD,
+    TOOLS_SHAPE,
+    TOOLS_SHARD,
+    CpuMeter,
+    Memory,
+    machine,
+    memory_probe,
+    print_cpu,
+    stored_bytes,
+    timed,
+    tools_values,
+    two_workers,
+    worker_mib,
+)
 
-SHAPE = (256, 1024, 1024)
-INNER = (1, 512, 512)
-PER_SHARD = (16, 2, 2)
-SHARD = tuple(c * n for c, n in zip(INNER, PER_SHARD, strict=True))
 METHODS = ("shardwise.tools.migrate.migrate", "decode and rewrite", "file copy (floor)")
 TARGET = 5.0  # migrate's speed-up over decode and rewrite
 DRAFT = "https://purl.org/zarr/spec/protocol/core/3.0"
@@ -77,20 +88,6 @@ def v3_compressor(name: str) -> Any:
     return zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=4)
 
 
-def values_of(t0: int, t1: int) -> np.ndarray:
-    """Smooth values plus small noise, rounded to 2 decimals (zstd level 1: ~3x)."""
-    t = np.arange(t0, t1, dtype=np.float32)[:, None, None]
-    y = np.arange(SHAPE[1], dtype=np.float32)[None, :, None]
-    x = np.arange(SHAPE[2], dtype=np.float32)[None, None, :]
-    tau = np.float32(2 * np.pi)
-    smooth = 10 * np.sin(tau * x / SHAPE[2] + t / 58) * np.cos(tau * y / SHAPE[1]) + 3 * np.sin(
-        tau * (x + 2 * y) / 300
-    )
-    rng = np.random.default_rng(t0)
-    noise = rng.standard_normal((t1 - t0, SHAPE[1], SHAPE[2]), dtype=np.float32) * np.float32(0.05)
-    return np.round(smooth + noise, 2).astype(np.float32)
-
-
 def write_draft(path: Path, name: str) -> None:
     """The draft store, as the draft spec lays it out: root zarr.json with the
     protocol URI, meta/root/v.array.json, shards at data/root/v/c<t>/<y>/<x> holding
@@ -106,9 +103,9 @@ def write_draft(path: Path, name: str) -> None:
     }
     (path / "zarr.json").write_text(json.dumps(root))
     doc = {
-        "shape": list(SHAPE),
+        "shape": list(TOOLS_SHAPE),
         "data_type": "<f4",
-        "chunk_grid": {"type": "regular", "chunk_shape": list(INNER), "separator": "/"},
+        "chunk_grid": {"type": "regular", "chunk_shape": list(TOOLS_INNER), "separator": "/"},
         "chunk_memory_layout": "C",
         "compressor": {
             "codec": f"https://purl.org/zarr/spec/codec/{comp.codec_id}/1.0",
@@ -121,38 +118,44 @@ def write_draft(path: Path, name: str) -> None:
             {
                 "extension": "https://purl.org/zarr/spec/storage_transformers/sharding/1.0",
                 "type": "indexed",
-                "configuration": {"chunks_per_shard": list(PER_SHARD)},
+                "configuration": {"chunks_per_shard": list(TOOLS_PER_SHARD)},
             }
         ],
     }
     (path / "meta" / "root" / "v.array.json").write_text(json.dumps(doc))
 
     def shard(t: int) -> None:
-        block = values_of(t * SHARD[0], (t + 1) * SHARD[0])
-        pieces, table, offset = [], np.empty((*PER_SHARD, 2), dtype="<u8"), 0
-        for inner in np.ndindex(*PER_SHARD):
+        block = tools_values(t * TOOLS_SHARD[0], (t + 1) * TOOLS_SHARD[0])
+        pieces, table, offset = [], np.empty((*TOOLS_PER_SHARD, 2), dtype="<u8"), 0
+        for inner in np.ndindex(*TOOLS_PER_SHARD):
             part = block[
-                tuple(slice(i * c, (i + 1) * c) for i, c in zip(inner, INNER, strict=True))
+                tuple(slice(i * c, (i + 1) * c) for i, c in zip(inner, TOOLS_INNER, strict=True))
             ]
             data = comp.encode(np.ascontiguousarray(part))
             table[inner] = (offset, len(data))
             pieces.append(data)
             offset += len(data)
-        for y in range(SHAPE[1] // SHARD[1]):
-            for x in range(SHAPE[2] // SHARD[2]):
+        for y in range(TOOLS_SHAPE[1] // TOOLS_SHARD[1]):
+            for x in range(TOOLS_SHAPE[2] // TOOLS_SHARD[2]):
                 out = path / "data" / "root" / "v" / f"c{t}" / str(y) / str(x)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(b"".join(bytes(p) for p in pieces) + table.tobytes())
 
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(shard, range(SHAPE[0] // SHARD[0])))
+        list(pool.map(shard, range(TOOLS_SHAPE[0] // TOOLS_SHARD[0])))
 
 
 def source(name: str) -> Path:
     """The draft store for ``name``, written unless a matching one is there."""
     path = DATA_DIR / f"draft-{name}.zarr"
     stamp = path / "benchmark.json"
-    want = {"shape": SHAPE, "inner": INNER, "per_shard": PER_SHARD, "compressor": name, "v": 2}
+    want = {
+        "shape": TOOLS_SHAPE,
+        "inner": TOOLS_INNER,
+        "per_shard": TOOLS_PER_SHARD,
+        "compressor": name,
+        "v": 2,
+    }
     if stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
         return path
     print(f"  writing the draft store {path} ...", flush=True)
@@ -165,12 +168,15 @@ def run_method(method: str, src: Path, dst: Path, name: str) -> None:
     import xarray as xr
 
     import shardwise
+    from shardwise.tools.migrate import migrate
 
     if method == "shardwise.tools.migrate.migrate":
-        shardwise.tools.migrate.migrate(src, dst)
+        migrate(src, dst)
     elif method == "decode and rewrite":
         ds = xr.open_dataset(src, engine="shardwise", chunks={})
-        enc = {"v": {"chunks": INNER, "shards": SHARD, "compressors": v3_compressor(name)}}
+        enc = {
+            "v": {"chunks": TOOLS_INNER, "shards": TOOLS_SHARD, "compressors": v3_compressor(name)}
+        }
         shardwise.to_zarr(ds, dst, mode="w-", encoding=enc, consolidated=False)
     elif method == "file copy (floor)":
         shutil.copytree(src, dst)
@@ -186,14 +192,14 @@ def check(src: Path, migrated: Path, rewritten: Path) -> None:
 
     for path in (migrated, rewritten):
         got = zarr.open_array(path / "v", mode="r")
-        for t in range(0, SHAPE[0], SHARD[0]):
-            if not np.array_equal(got[t : t + SHARD[0]], values_of(t, t + SHARD[0])):
+        for t in range(0, TOOLS_SHAPE[0], TOOLS_SHARD[0]):
+            if not np.array_equal(got[t : t + TOOLS_SHARD[0]], tools_values(t, t + TOOLS_SHARD[0])):
                 raise SystemExit(f"{path}: values differ in the shard at time {t}")
     draft = DraftStore.open(str(src), None)
     assert draft is not None
     old = (src / "data" / "root" / "v" / "c0" / "0" / "0").read_bytes()
     new = (migrated / "v" / "c" / "0" / "0" / "0").read_bytes()
-    n = int(np.prod(PER_SHARD))
+    n = int(np.prod(TOOLS_PER_SHARD))
     old_table = np.frombuffer(old[-16 * n :], dtype="<u8").reshape(n, 2)
     new_table = np.frombuffer(new[-(16 * n + 4) : -4], dtype="<u8").reshape(n, 2)
     for (a, m), (b, k) in zip(old_table.tolist(), new_table.tolist(), strict=True):
@@ -205,14 +211,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compressor", nargs="+", default=["zstd", "blosc"])
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = parser.parse_args(argv)
 
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    nbytes = int(np.prod(SHAPE)) * 4
+    nbytes = int(np.prod(TOOLS_SHAPE)) * 4
     print(
-        f"v: {SHAPE} float32 ({nbytes / 2**30:.2f} GiB raw), inner chunks {INNER}, shards {SHARD}"
+        f"v: {TOOLS_SHAPE} float32 ({nbytes / 2**30:.2f} GiB raw), inner chunks {TOOLS_INNER}, shards {TOOLS_SHARD}"
     )
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     sources = {name: source(name) for name in args.compressor}
@@ -257,7 +262,6 @@ def main(argv: list[str] | None = None) -> None:
         f"{'written MiB':>11} {'+worker MiB':>11}"
     )
     print(header + "\n" + "-" * len(header))
-    out: dict[str, Any] = {"machine": info, "runs": []}
     for name in args.compressor:
         floor = statistics.median(rows[name, METHODS[2]]["s"])
         for method in METHODS:
@@ -267,15 +271,6 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{name:<10} {method:<20} {s:7.2f} {nbytes / s / 1e9:8.2f} {s / floor:7.2f} "
                 f"{statistics.median(r['bytes']) / MIB:11.0f} {wk_text}"
-            )
-            out["runs"].append(
-                {
-                    "compressor": name,
-                    "method": method,
-                    "seconds": r["s"],
-                    "written_bytes": r["bytes"],
-                    "worker_delta": [m.worker_delta for m in r["mem"]],
-                }
             )
     for name in args.compressor:
         ours = statistics.median(rows[name, METHODS[0]]["s"])
@@ -287,9 +282,6 @@ def main(argv: list[str] | None = None) -> None:
             f"{ours / floor:.2f}x the time of a plain copy"
         )
     print_cpu(cpu_info)
-    if args.out:
-        args.out.write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

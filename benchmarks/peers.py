@@ -46,8 +46,8 @@ start, imports and a cluster's start are not), rounds interleaved across methods
   roundtrip
     floor                  every chunk decoded and re-encoded (ZSTD_compress2 into a
                            reused buffer per thread, the store's level), every core
-    shardwise dask         shardwise.to_zarr(shardwise.array.from_zarr(src, "v"), dst, same
-                           shards, chunks and compressor) on dask's threads
+    shardwise dask         shardwise.array.to_zarr(shardwise.array.from_zarr(src, "v"), dst,
+                           same shards, chunks and compressor) on dask's threads
     shardwise dask via values
                            the same with an identity map_blocks between read and write:
                            each task then holds its block of values (the path of any
@@ -98,8 +98,10 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE / "data"
 sys.path.insert(0, str(HERE))
+from common import DATA_DIR  # noqa: E402
+
+DATA = DATA_DIR
 
 READ_METHODS = (
     "floor",
@@ -435,7 +437,7 @@ def roundtrip_once(method: str, data: Data, dst: Path) -> None:
         x = shardwise.array.from_zarr(src, "v")
         if method == "shardwise dask via values":  # a computation: a block of values per task
             x = x.map_blocks(np.asarray, dtype=x.dtype)
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             x,
             str(dst),
             path="v",

@@ -72,7 +72,7 @@ machine: at the end the script reports how much CPU other processes took meanwhi
 How to run
 ----------
     .venv/bin/python benchmarks/read_fanout.py                   # 5 repeats, a few minutes
-    .venv/bin/python benchmarks/read_fanout.py --out results.json
+    .venv/bin/python benchmarks/read_fanout.py --skip-part2
     .venv/bin/python benchmarks/read_fanout.py --quick           # small stores, 1 repeat
 
 The first run writes the stores (about 60 MB and 100 MB on disk, under a minute). Most
@@ -98,8 +98,14 @@ import numpy as np
 
 # run as a script, this directory is on sys.path: the same data directory, store cache
 # check, machine description and CPU meter as the read benchmark
-from common import DATA_DIR, machine
-from read_throughput import CpuMeter, print_cpu, store_matches, timed
+from common import (
+    DATA_DIR,
+    CpuMeter,
+    machine,
+    print_cpu,
+    store_matches,
+    timed,
+)
 
 DIMS = ("time", "y", "x")
 # bump RECIPE_VERSION whenever make_field changes, so cached stores are rewritten
@@ -769,14 +775,9 @@ def print_shard(part: dict[str, Any], repeats: int) -> None:
 
 
 # -- main --------------------------------------------------------------------------------
-def _strip(part: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in part.items() if not k.startswith("_")}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per method (5)")
-    parser.add_argument("--out", type=Path, help="also write the results to this JSON file")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -822,17 +823,6 @@ def main(argv: list[str] | None = None) -> None:
         print_cpu(part2["cpu"])
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
-    if args.out:
-        doc = {
-            "machine": info,
-            "quick": args.quick,
-            "repeats": repeats,
-            "part1": None if part1 is None else _strip(part1) | {"cpu": cpu1},
-            "part2": None if part2 is None else _strip(part2),
-            "total_seconds": elapsed,
-        }
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

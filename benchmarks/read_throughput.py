@@ -75,7 +75,7 @@ buffer over 128 KiB a worker allocates is a fresh mmap paid for with page faults
 How to run
 ----------
     make bench                                   # = .venv/bin/python benchmarks/read_throughput.py
-    .venv/bin/python benchmarks/read_throughput.py --shape 3d --out results.json
+    .venv/bin/python benchmarks/read_throughput.py --shape 3d
     .venv/bin/python benchmarks/read_throughput.py --size-mib 128 --size-3d 256 \\
         --repeats 1                                                     # quick check
 
@@ -88,249 +88,42 @@ outputs, compared) plus its compressed inner chunks: about 2.5 GiB for the 2-D f
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 # run as a script, this directory is on sys.path
-from common import DATA_DIR, machine, package_versions
-from throughput_common import (
+from common import (
+    DATA_DIR,
     FLOOR_RUNS,
+    CpuMeter,
     DecodeFloor,
+    Field,
+    ensure_store,
     have_tensorstore,
     interleaved,
+    load_compressed,
+    machine,
+    package_versions,
+    print_cpu,
+    selected_fields,
     tensorstore_kvstore,
+    timed,
     zarr_pipeline,
     zarr_pipelines,
 )
 
-DIMS = ("y", "x")
-SHARD = (4096, 4096)  # 64 MiB of float32
-INNER = {"1 MiB": (512, 512), "64 KiB": (128, 128)}
-SHARD_MIB = math.prod(SHARD) * 4 >> 20
-DIMS_3D = ("z", "y", "x")
-SHARD_3D = (256, 256, 256)  # 64 MiB of float32
-INNER_3D = {"1 MiB": (64, 64, 64), "64 KiB": (16, 32, 32)}
-# bump RECIPE_VERSION(_3D) whenever make_field(_3d) changes, so cached stores are rewritten
-RECIPE_VERSION = 1
-RECIPE_VERSION_3D = 1
-NOISE, DECIMALS, SEED = 0.003, 2, 0
 CLUSTER_METHODS = ("shardwise", "open_zarr default", "open_zarr shards")
 FLOOR = "floor: numcodecs decode out="
 TARGETS = {"1 MiB": 0.75, "64 KiB": 0.65}  # shardwise / floor, in both shapes
 TARGET_VS_ZARR = 2.0  # secondary: shardwise speed-up over open_zarr default chunks
-
-
-# -- the data ----------------------------------------------------------------------------
-def array_shape(size_mib: int) -> tuple[int, int]:
-    """A 2-D shape of ``size_mib`` MiB of float32 made of whole 64 MiB shards, as square
-    as the number of shards allows."""
-    if size_mib < SHARD_MIB or size_mib % SHARD_MIB:
-        raise SystemExit(f"--size-mib must be a positive multiple of {SHARD_MIB}")
-    nshards = size_mib // SHARD_MIB
-    cols = max(d for d in range(1, math.isqrt(nshards) + 1) if nshards % d == 0)
-    return (nshards // cols * SHARD[0], cols * SHARD[1])
-
-
-def cube_shape(edge: int) -> tuple[int, int, int]:
-    """The 3-D shape ``edge`` x ``edge`` x ``edge``, made of whole 64 MiB shards."""
-    if edge < SHARD_3D[0] or edge % SHARD_3D[0]:
-        raise SystemExit(f"--size-3d must be a positive multiple of {SHARD_3D[0]}")
-    return (edge, edge, edge)
-
-
-def make_field(shape: tuple[int, int]) -> Any:
-    """The variable as a lazy dask array chunked by shard: smooth, noisy, quantized."""
-    from throughput_common import smooth_field
-
-    return smooth_field(shape, SHARD, SEED, NOISE, DECIMALS)
-
-
-def make_field_3d(shape: tuple[int, int, int]) -> Any:
-    """The 3-D variable as a lazy dask array chunked by shard, made like ``make_field``;
-    its periods are shorter, so that zstd level 1 compresses its 1 MiB and 64 KiB inner
-    chunks about 3x too (their rows along x are 64 and 32 values, not 512 and 128)."""
-    import dask.array as da
-
-    z = da.arange(shape[0], chunks=SHARD_3D[0], dtype=np.float32)[:, None, None]
-    y = da.arange(shape[1], chunks=SHARD_3D[1], dtype=np.float32)[None, :, None]
-    x = da.arange(shape[2], chunks=SHARD_3D[2], dtype=np.float32)[None, None, :]
-    tau = np.float32(2 * np.pi)
-    smooth = (
-        10
-        * np.sin(tau * x / 2000 + np.float32(0.5))
-        * np.cos(tau * y / 1700)
-        * np.cos(tau * z / 1300)
-        + 4 * np.sin(tau * (x + y) / 450)
-        + 2 * np.cos(tau * (x - 2 * y) / 200)
-        + 3 * np.sin(tau * (y + z) / 330)
-        + 2 * np.cos(tau * (x + y - 2 * z) / 230)
-    )
-    noise = da.random.default_rng(SEED).standard_normal(shape, chunks=SHARD_3D, dtype=np.float32)
-    return da.round(smooth + np.float32(NOISE) * noise, DECIMALS).astype(np.float32)
-
-
-@dataclass(frozen=True)
-class Field:
-    """One data shape of the benchmark: the variable's dims, shape, shards, inner chunks
-    (by label) and generator."""
-
-    name: str  # "2-D" or "3-D"
-    dims: tuple[str, ...]
-    shape: tuple[int, ...]
-    shard: tuple[int, ...]
-    inner: dict[str, tuple[int, ...]]
-    make: Callable[[Any], Any]
-    recipe_version: int
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * 4
-
-    @property
-    def shard_chunks(self) -> dict[str, int]:
-        return dict(zip(self.dims, self.shard, strict=True))
-
-    def describe(self) -> str:
-        return f"{self.name} v{self.shape} float32 ({self.nbytes / 2**20:.0f} MiB)"
-
-    def recipe(self, label: str) -> dict[str, Any]:
-        doc = {
-            "version": self.recipe_version,
-            "shape": list(self.shape),
-            "shard": list(self.shard),
-            "inner": list(self.inner[label]),
-            "noise": NOISE,
-            "decimals": DECIMALS,
-            "seed": SEED,
-            "codec": "zstd level 1",
-        }
-        return doc if len(self.shape) == 2 else {"field": "3-D", **doc}
-
-    def store_path(self, label: str) -> Path:
-        inner = "x".join(map(str, self.inner[label]))
-        if len(self.shape) == 2:
-            return DATA_DIR / f"field-{self.nbytes >> 20}MiB-inner{inner}.zarr"
-        return DATA_DIR / f"field3d-{'x'.join(map(str, self.shape))}-inner{inner}.zarr"
-
-
-def field_2d(shape: tuple[int, ...]) -> Field:
-    return Field("2-D", DIMS, shape, SHARD, INNER, make_field, RECIPE_VERSION)
-
-
-def field_3d(shape: tuple[int, ...]) -> Field:
-    return Field("3-D", DIMS_3D, shape, SHARD_3D, INNER_3D, make_field_3d, RECIPE_VERSION_3D)
-
-
-def selected_fields(which: str, size_mib: int, size_3d: int) -> list[Field]:
-    """The data shapes of ``--shape`` (2d, 3d or both)."""
-    fields = []
-    if which in ("2d", "both"):
-        fields.append(field_2d(array_shape(size_mib)))
-    if which in ("3d", "both"):
-        fields.append(field_3d(cube_shape(size_3d)))
-    return fields
-
-
-def store_matches(path: Path, want: dict[str, Any]) -> bool:
-    """True when ``path`` holds a complete store written from ``want``."""
-    try:
-        group = json.loads((path / "zarr.json").read_text())
-        array = json.loads((path / "v" / "zarr.json").read_text())
-    except (OSError, ValueError):
-        return False
-    sharding = array.get("codecs", [{}])[0]
-    return (
-        group.get("attributes", {}).get("benchmark_recipe") == want
-        and array.get("shape") == want["shape"]
-        and array.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape") == want["shard"]
-        and sharding.get("configuration", {}).get("chunk_shape") == want["inner"]
-    )
-
-
-def ensure_store(fld: Field, label: str) -> Path:
-    """Write the store of ``fld`` for inner chunk size ``label`` unless a matching one is
-    cached. The store is written next to its final place and renamed when complete."""
-    import xarray as xr
-    import zarr
-
-    path, want = fld.store_path(label), fld.recipe(label)
-    if store_matches(path, want):
-        print(f"  cached  {path}")
-        return path
-    tmp = path.with_name(path.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    ds = xr.Dataset({"v": (fld.dims, fld.make(fld.shape))}, attrs={"benchmark_recipe": want})
-    encoding = {
-        "v": {
-            "chunks": fld.inner[label],
-            "shards": fld.shard,
-            "compressors": [zarr.codecs.ZstdCodec(level=1)],
-        }
-    }
-    t0 = time.perf_counter()
-    ds.to_zarr(tmp, zarr_format=3, consolidated=False, encoding=encoding)
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
-    print(f"  wrote   {path} in {time.perf_counter() - t0:.0f} s")
-    return path
-
-
-# -- the floor ---------------------------------------------------------------------------
-@dataclass
-class Compressed:
-    """Every compressed inner chunk of ``v``, grouped by shard, plus what they add up to."""
-
-    shards: list[list[memoryview]]
-    stored_bytes: int  # shard files on disk, indexes included
-    empty_chunks: int
-
-
-def load_compressed(path: Path, chunk_nbytes: int) -> Compressed:
-    """Read every shard file and cut it into its inner chunks with the shard index; check
-    that every zstd frame declares ``chunk_nbytes`` bytes of content."""
-    import zarr
-    import zstandard
-    from zarr.codecs import BytesCodec, ZstdCodec
-
-    from shardwise.codecs import index_format_from_codecs
-    from shardwise.format.index import EMPTY
-    from shardwise.format.metadata import ArrayInfo
-
-    info = ArrayInfo.from_metadata(zarr.open_array(path, path="v", mode="r").metadata, "v")
-    sharding = info.sharding
-    codecs = list(sharding.codecs)
-    if not (
-        len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], ZstdCodec)
-    ):
-        raise SystemExit(f"{path}: inner codecs are {codecs}, expected [bytes, zstd]")
-    shards, stored, empty = [], 0, 0
-    for shard in info.layout.all_shards():
-        fmt = index_format_from_codecs(
-            sharding.index_codecs,
-            info.layout.chunks_per_shard(shard),
-            sharding.index_location,
-        )
-        raw = memoryview((path / info.key(shard)).read_bytes())
-        stored += len(raw)
-        table = fmt.decode(fmt.split(raw)).reshape(-1, 2)
-        chunks = [raw[int(o) : int(o) + int(n)] for o, n in table if o != EMPTY]
-        empty += len(table) - len(chunks)
-        for c in chunks:
-            if zstandard.frame_content_size(c) != chunk_nbytes:
-                raise SystemExit(f"{path}: a zstd frame does not hold {chunk_nbytes} bytes")
-        shards.append(chunks)
-    return Compressed(shards, stored, empty)
 
 
 # -- the measurements --------------------------------------------------------------------
@@ -352,12 +145,6 @@ class Result:
     @property
     def headline(self) -> float:
         return min(self.times) if self.best else self.median
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def _zarr_read(path: Path, pipeline: str | None) -> np.ndarray:
@@ -487,69 +274,13 @@ def measure_store(
     return results
 
 
-# -- reporting ---------------------------------------------------------------------------
-class CpuMeter:
-    """How busy the machine was, from /proc/stat, and how much of that was this benchmark
-    (this process and its children, the cluster's workers included): the rest is other
-    processes competing for the same cores, which makes every number here slower."""
-
-    def __init__(self) -> None:
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float, float] | None:
-        try:
-            import psutil
-
-            fields = [int(x) for x in Path("/proc/stat").read_text().split()[1:9]]
-            tick = os.sysconf("SC_CLK_TCK")
-            busy = (sum(fields) - fields[3] - fields[4]) / tick  # all but idle and iowait
-            steal = fields[7] / tick
-            me = psutil.Process()
-            ours = sum(
-                t.user + t.system
-                for t in [me.cpu_times(), *(c.cpu_times() for c in me.children(recursive=True))]
-            )
-            return time.perf_counter(), busy, steal, ours
-        except Exception:  # not Linux, or a child exited while being read
-            return None
-
-    def stop(self) -> dict[str, float] | None:
-        end = self._sample()
-        if self.start is None or end is None:
-            return None
-        wall, busy, steal, ours = (b - a for a, b in zip(self.start, end, strict=True))
-        cores = os.cpu_count() or 1
-        return {
-            "seconds": wall,
-            "busy_cores": busy / wall,
-            "benchmark_cores": ours / wall,
-            "other_cores": max(busy - ours - steal, 0.0) / wall,
-            "steal_cores": steal / wall,
-            "cores": cores,
-        }
-
-
-def print_cpu(cpu: dict[str, Any] | None) -> None:
-    """Say how much CPU the benchmark and everything else took during the measurements."""
-    if cpu is None:
-        return
-    print(
-        f"CPU during the measurements ({cpu['seconds']:.0f} s, {cpu['cores']} cores): "
-        f"benchmark {cpu['benchmark_cores']:.2f} cores, other processes "
-        f"{cpu['other_cores']:.2f}, hypervisor steal {cpu['steal_cores']:.2f}"
-    )
-    if cpu["other_cores"] + cpu["steal_cores"] > 0.1:
-        print("WARNING: the machine was not idle; the timings above are pessimistic and noisy")
-
-
 def print_report(
     results: dict[str, dict[str, Result]],
     fields: dict[str, Field],
     labels: dict[str, str],
     repeats: int,
 ) -> dict[str, Any]:
-    """Print the table and the targets; return the summary for the JSON file."""
+    """Print the table and the targets; return the summary."""
     print()
     print(
         f"64 MiB shards; the cluster's methods: median of {repeats} runs, the floor and the "
@@ -622,7 +353,6 @@ def main(argv: list[str] | None = None) -> None:
         "--size-3d", type=int, default=512, help="3-D array edge, a multiple of 256 (512)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per cluster method")
-    parser.add_argument("--out", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -660,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
             results[key] = on_cluster | refs | {FLOOR: here[FLOOR]}
         cpu = meter.stop()
 
-    summary = print_report(
+    print_report(
         results,
         {key: fld for key, (fld, _, _) in stores.items()},
         {key: label for key, (_, label, _) in stores.items()},
@@ -669,41 +399,6 @@ def main(argv: list[str] | None = None) -> None:
     print_cpu(cpu)
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
-    if args.out:
-        doc = {
-            "machine": info,
-            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "stores": {
-                key: {
-                    "shape": fld.name,
-                    "dims": fld.dims,
-                    "array_shape": fld.shape,
-                    "shard": fld.shard,
-                    "inner": fld.inner[label],
-                    "uncompressed_bytes": fld.nbytes,
-                    "stored_bytes": local[key]["stored_bytes"],
-                    "path": str(path),
-                }
-                for key, (fld, label, path) in stores.items()
-            },
-            "floor_runs": FLOOR_RUNS,
-            "repeats": args.repeats,
-            "results": [
-                asdict(r)
-                | {
-                    "median": r.median,
-                    "headline": r.headline,
-                    "gb_per_s": stores[r.store][0].nbytes / r.headline / 1e9,
-                }
-                for rs in results.values()
-                for r in rs.values()
-            ],
-            "summary": summary,
-            "cpu": cpu,
-            "total_seconds": elapsed,
-        }
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -53,14 +53,24 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from read_throughput import CpuMeter, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, two_workers, worker_mib
+from common import (
+    DATA_DIR,
+    MIB,
+    SMALL,
+    CpuMeter,
+    Memory,
+    machine,
+    memory_probe,
+    print_cpu,
+    timed,
+    two_workers,
+    worker_mib,
+)
 
 MONTHS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-SHAPE = (sum(MONTHS), 512, 1440)
-INNER = (1, 256, 1440)
-REGULAR = (30, 512, 1440)
+SHAPE = (sum(MONTHS), 512, 180 if SMALL else 1440)  # (SMALL: common.py)
+INNER = (1, 256, SHAPE[2])
+REGULAR = (30, 512, SHAPE[2])
 METHODS = ("shardwise shards='dask'", "rechunk + ds.to_zarr", "shardwise regular shards")
 SOURCES = ("computed", "persisted")
 TARGET = 1.5  # shards="dask" speed-up over rechunk + ds.to_zarr
@@ -179,7 +189,6 @@ def codec_floor(values: np.ndarray, repeats: int) -> list[float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     parser.add_argument(
         "--data-dir", type=Path, default=DATA_DIR, help="where the stores are written"
     )
@@ -248,7 +257,6 @@ def main(argv: list[str] | None = None) -> None:
     print(header + "\n" + "-" * len(header))
     fl = statistics.median(floor)
     print(f"{'':<10} {'codec floor':<26} {fl:7.2f} {nbytes / fl / 1e9:6.2f} {1:8.2f}")
-    out: dict[str, Any] = {"machine": info, "floor": floor, "runs": []}
     for (source, method), r in rows.items():
         s = statistics.median(r["s"])
         moved = statistics.median(r["moved"])
@@ -257,16 +265,6 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{source:<10} {method:<26} {s:7.2f} {nbytes / s / 1e9:6.2f} {fl / s:8.2f} "
             f"{moved / MIB:9.1f} {cl / MIB:12.0f} {wk_text}"
-        )
-        out["runs"].append(
-            {
-                "source": source,
-                "method": method,
-                "seconds": r["s"],
-                "moved_bytes": r["moved"],
-                "cluster_delta": [m.cluster_delta for m in r["mem"]],
-                "worker_delta": [m.worker_delta for m in r["mem"]],
-            }
         )
     for source in SOURCES:
         ours, theirs = rows[source, METHODS[0]], rows[source, METHODS[1]]
@@ -278,9 +276,6 @@ def main(argv: list[str] | None = None) -> None:
             f"bytes moved between workers (target: no array data, {'met' if most < MIB else 'MISSED'})"
         )
     print_cpu(cpu_info)
-    if args.out:
-        args.out.write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -41,10 +41,23 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import DATA_DIR, machine
-from migrate import INNER, SHAPE, SHARD, values_of
-from read_throughput import CpuMeter, print_cpu, timed
-from write_throughput import MIB, Memory, memory_probe, stored_bytes, two_workers, worker_mib
+from common import (
+    DATA_DIR,
+    MIB,
+    TOOLS_INNER,
+    TOOLS_SHAPE,
+    TOOLS_SHARD,
+    CpuMeter,
+    Memory,
+    machine,
+    memory_probe,
+    print_cpu,
+    stored_bytes,
+    timed,
+    tools_values,
+    two_workers,
+    worker_mib,
+)
 
 OTHER_INNER = (4, 256, 256)
 METHODS = {
@@ -61,7 +74,7 @@ def source(data_dir: Path) -> Path:
 
     path = data_dir / "reshard-v2.zarr"
     stamp = data_dir / "reshard-v2.json"
-    want = {"shape": SHAPE, "chunks": INNER, "compressor": "zstd1", "v": 1}
+    want = {"shape": TOOLS_SHAPE, "chunks": TOOLS_INNER, "compressor": "zstd1", "v": 1}
     if stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
         return path
     print(f"  writing the Zarr v2 store {path} ...", flush=True)
@@ -69,8 +82,8 @@ def source(data_dir: Path) -> Path:
     root = zarr.open_group(path, mode="w", zarr_format=2)
     arr = root.create_array(
         "v",
-        shape=SHAPE,
-        chunks=INNER,
+        shape=TOOLS_SHAPE,
+        chunks=TOOLS_INNER,
         dtype="<f4",
         compressors=numcodecs.Zstd(level=1),
         fill_value=np.nan,
@@ -78,10 +91,10 @@ def source(data_dir: Path) -> Path:
     )
 
     def block(t: int) -> None:
-        arr[t : t + SHARD[0]] = values_of(t, t + SHARD[0])
+        arr[t : t + TOOLS_SHARD[0]] = tools_values(t, t + TOOLS_SHARD[0])
 
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(block, range(0, SHAPE[0], SHARD[0])))
+        list(pool.map(block, range(0, TOOLS_SHAPE[0], TOOLS_SHARD[0])))
     stamp.write_text(json.dumps(want))
     return path
 
@@ -91,18 +104,22 @@ def run(case: str, method: str, src: Path, dst: Path) -> None:
 
     import shardwise
 
-    inner = INNER if case == "repack" else OTHER_INNER
+    inner = TOOLS_INNER if case == "repack" else OTHER_INNER
     if method == "file copy (floor)":
         shutil.copytree(src, dst)
     elif method == "shardwise.reshard":
-        sizes = dict(zip(("time", "y", "x"), SHARD, strict=True))
+        sizes = dict(zip(("time", "y", "x"), TOOLS_SHARD, strict=True))
         chunks = None if case == "repack" else dict(zip(("time", "y", "x"), inner, strict=True))
         shardwise.reshard(src, dst, shards=sizes, chunks=chunks)
     else:
         import zarr
 
         enc = {
-            "v": {"chunks": inner, "shards": SHARD, "compressors": zarr.codecs.ZstdCodec(level=1)}
+            "v": {
+                "chunks": inner,
+                "shards": TOOLS_SHARD,
+                "compressors": zarr.codecs.ZstdCodec(level=1),
+            }
         }
         ds = xr.open_zarr(src, consolidated=False)
         ds.to_zarr(dst, zarr_format=3, encoding=enc, align_chunks=True, consolidated=False)
@@ -112,17 +129,16 @@ def check(src: Path, dst: Path) -> None:
     import xarray as xr
 
     with xr.open_zarr(src, consolidated=False) as a, xr.open_zarr(dst, consolidated=False) as b:
-        for t in range(0, SHAPE[0], SHARD[0]):
+        for t in range(0, TOOLS_SHAPE[0], TOOLS_SHARD[0]):
             xr.testing.assert_identical(
-                a.isel(time=slice(t, t + SHARD[0])).load(),
-                b.isel(time=slice(t, t + SHARD[0])).load(),
+                a.isel(time=slice(t, t + TOOLS_SHARD[0])).load(),
+                b.isel(time=slice(t, t + TOOLS_SHARD[0])).load(),
             )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -133,12 +149,12 @@ def main(argv: list[str] | None = None) -> None:
 
     info = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
-    nbytes = int(np.prod(SHAPE)) * 4
+    nbytes = int(np.prod(TOOLS_SHAPE)) * 4
     args.data_dir.mkdir(parents=True, exist_ok=True)
     src = source(args.data_dir)
     print(
-        f"v: {SHAPE} float32 ({nbytes / 2**30:.2f} GiB raw, {stored_bytes(src) / MIB:.0f} MiB "
-        f"stored), Zarr v2 chunks {INNER} -> shards {SHARD}"
+        f"v: {TOOLS_SHAPE} float32 ({nbytes / 2**30:.2f} GiB raw, {stored_bytes(src) / MIB:.0f} MiB "
+        f"stored), Zarr v2 chunks {TOOLS_INNER} -> shards {TOOLS_SHARD}"
     )
     rows: dict[tuple[str, str], dict[str, list[Any]]] = {
         (c, m): {"s": [], "bytes": [], "mem": []} for c, ms in METHODS.items() for m in ms
@@ -177,7 +193,6 @@ def main(argv: list[str] | None = None) -> None:
         f"{'+cluster MiB':>12} {'+worker MiB':>11}"
     )
     print(header + "\n" + "-" * len(header))
-    out: dict[str, Any] = {"machine": info, "runs": []}
     for (case, method), r in rows.items():
         s = statistics.median(r["s"])
         cl = statistics.median(m.cluster_delta for m in r["mem"])
@@ -185,16 +200,6 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{case:<10} {method:<18} {s:7.2f} {nbytes / s / 1e9:8.2f} "
             f"{statistics.median(r['bytes']) / MIB:11.0f} {cl / MIB:12.0f} {wk_text}"
-        )
-        out["runs"].append(
-            {
-                "case": case,
-                "method": method,
-                "seconds": r["s"],
-                "written_bytes": r["bytes"],
-                "cluster_delta": [m.cluster_delta for m in r["mem"]],
-                "worker_delta": [m.worker_delta for m in r["mem"]],
-            }
         )
     for case in METHODS:
         ours = statistics.median(rows[case, "shardwise.reshard"]["s"])
@@ -227,9 +232,6 @@ def main(argv: list[str] | None = None) -> None:
             )
         print(text)
     print_cpu(cpu_info)
-    if args.out:
-        args.out.write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -52,8 +52,11 @@ import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine
-from read_throughput import CpuMeter, print_cpu
+from common import (
+    CpuMeter,
+    machine,
+    print_cpu,
+)
 
 SHARD = (64, 64)
 INNER = (16, 64)
@@ -467,7 +470,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--xarray-max", type=int, default=100000, help="largest N for xarray's to_zarr"
     )
-    parser.add_argument("--out", type=Path)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -503,10 +505,6 @@ def main(argv: list[str] | None = None) -> None:
     if runs:
         print_runs(runs)
     print_cpu(cpu)
-    if args.out:
-        summary = {"machine": info, "builds": builds, "runs": runs, "cpu": cpu}
-        args.out.write_text(json.dumps(summary, indent=2))
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

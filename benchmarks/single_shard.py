@@ -3,7 +3,7 @@ floor and a compiled reader.
 
 The question: would a compiled per-chunk loop read a shard of many small
 inner chunks faster than shardwise's Python loop? For the first shard (64 MiB) of each
-throughput store (benchmarks/data, read_throughput.py's recipe: 2-D and 3-D fields,
+throughput store (benchmarks/data, common.py's recipe: 2-D and 3-D fields,
 inner chunks of 1 MiB and 64 KiB, zstd level 1), best and median of ``--repeats`` runs:
 
   floor          numcodecs.Zstd().decode(chunk, out=buffer) over the shard's inner
@@ -33,8 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import machine
-from read_throughput import ensure_store, load_compressed, selected_fields
+from common import (
+    ensure_store,
+    load_compressed,
+    machine,
+    selected_fields,
+)
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
@@ -57,11 +61,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("2d", "3d", "both"), default="both")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--size-mib", type=int, default=1024, help="the 2-D store's size")
     args = parser.parse_args()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine().items()))
     have_zarrs = importlib.util.find_spec("zarrs") is not None
     rows = []
-    for fld in selected_fields(args.shape, 1024, 512):
+    for fld in selected_fields(args.shape, args.size_mib, 512):
         for label in fld.inner:
             path = ensure_store(fld, label)
             nbytes = math.prod(fld.inner[label]) * 4

@@ -3,9 +3,9 @@
 A profile of one task (file read, decode, copy into the output, page faults, sum,
 scheduling), measured on the throughput benchmarks' data
 (the 1 GiB 2-D field and the 512^3 3-D field, 64 MiB shards, zstd level 1, inner chunks
-of 1 MiB and 64 KiB; stores cached in benchmarks/data by read_throughput.py's recipe):
+of 1 MiB and 64 KiB; stores cached in benchmarks/data by common.py's recipe):
 
-  floor        the codec work alone on one shard's chunks (throughput_common's floors:
+  floor        the codec work alone on one shard's chunks (common.py's floors:
                decode into one reused buffer / ZSTD_compress2 into one reused buffer),
                on 2 threads in this process before the cluster starts, best of 3,
                given per shard per thread.
@@ -29,7 +29,7 @@ non-contiguous inner chunk into a contiguous buffer for the compressor), empty c
 file write (one put per shard), other (the rest of the task), idle, faults.
 
 Run: python benchmarks/task_profile.py [--op read|write|both] [--shape 2d|3d|both]
-[--inner "1 MiB"|"64 KiB"|both] [--rounds 3]. Not part of the test suite.
+[--inner "1 MiB"|"64 KiB"|both] [--rounds 3].
 """
 
 from __future__ import annotations
@@ -47,14 +47,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import DATA_DIR, machine
-from read_throughput import (
+from common import (
+    DATA_DIR,
+    FLOOR_RUNS,
+    CompressFloor,
+    DecodeFloor,
     ensure_store,
+    inner_chunks,
     load_compressed,
+    machine,
     selected_fields,
+    two_workers,
 )
-from throughput_common import FLOOR_RUNS, CompressFloor, DecodeFloor
-from write_throughput import inner_chunks, two_workers
 
 READ_PROBES = {  # (module, class, function) -> label
     ("shardwise.codecs._decode", "ChunkDecoder", "decode"): "decode",

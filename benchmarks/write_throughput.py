@@ -98,7 +98,7 @@ with ``MALLOC_TRIM_THRESHOLD_=65536``.
 How to run
 ----------
     .venv/bin/python benchmarks/write_throughput.py                       # ~1 GiB, 5 repeats
-    .venv/bin/python benchmarks/write_throughput.py --shape 2d --out results.json
+    .venv/bin/python benchmarks/write_throughput.py --shape 2d
     .venv/bin/python benchmarks/write_throughput.py --size-mib 128 --size-3d 256 \\
         --repeats 1 --part2-size-mib 256 --part2-shard-mib 128           # quick check
 
@@ -118,33 +118,38 @@ import re
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-# run as a script, this directory is on sys.path: the same data, machine description and
-# CPU meter as the read benchmark, and the floors shared with it
-from common import DATA_DIR, machine, package_versions
-from read_throughput import (
+# run as a script, this directory is on sys.path: the data, the machine description,
+# the CPU meter and the floors the read benchmark uses too
+from common import (
+    COMPRESSORS,
+    DATA_DIR,
+    FLOOR_RUNS,
+    MIB,
+    CompressFloor,
     CpuMeter,
     Field,
+    Memory,
     field_2d,
+    have_tensorstore,
+    inner_chunks,
+    interleaved,
+    machine,
+    memory_probe,
+    package_versions,
     print_cpu,
     selected_fields,
-    timed,
-)
-from throughput_common import (
-    COMPRESSORS,
-    FLOOR_RUNS,
-    CompressFloor,
-    have_tensorstore,
-    interleaved,
+    shard_slices,
+    stored_bytes,
     tensorstore_kvstore,
+    timed,
     write_group_metadata,
     zarr_pipeline,
     zarr_pipelines,
@@ -158,7 +163,6 @@ TILE = 512  # shards are built from 512 x 512 tiles (1 MiB of float32)
 TARGETS = {"1 MiB": 0.85, "64 KiB": 0.8}  # shardwise / floor, in both shapes
 TARGET_VS_XARRAY = 1.3  # shardwise speed-up over ds.to_zarr, part 1
 TARGET_MEMORY = 0.5  # part 2: shardwise peak / xarray align_chunks peak
-MIB = 2**20
 
 
 # -- shapes ------------------------------------------------------------------------------
@@ -185,11 +189,6 @@ def part2_shapes(size_mib: int, shard_mib: int) -> tuple[tuple[int, int], tuple[
         raise SystemExit("--part2-size-mib must be a multiple of >= 2 x --part2-shard-mib")
     srows, scols = _grid(size_mib // shard_mib)
     return (srows * shard[0], scols * shard[1]), shard
-
-
-def shard_slices(shape: tuple[int, ...], shard: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
-    for idx in np.ndindex(*(n // s for n, s in zip(shape, shard, strict=True))):
-        yield tuple(slice(i * s, (i + 1) * s) for i, s in zip(idx, shard, strict=True))
 
 
 def describe_chunks(chunks: tuple[tuple[int, ...], ...]) -> str:
@@ -231,24 +230,6 @@ def encoding(shard: tuple[int, ...], inner: tuple[int, ...]) -> dict[str, Any]:
     import zarr
 
     return {"v": {"shards": shard, "chunks": inner, "compressors": zarr.codecs.ZstdCodec(level=1)}}
-
-
-def stored_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-# -- the floor and the single-process peers ----------------------------------------------
-def inner_chunks(
-    arr: Any, shard: tuple[int, ...], inner: tuple[int, ...]
-) -> list[list[np.ndarray]]:
-    """Every inner chunk of ``arr`` as a contiguous array, grouped by shard."""
-    return [
-        [
-            np.ascontiguousarray(arr[sl][isl])
-            for isl in shard_slices(shard, inner)  # C order inside each shard
-        ]
-        for sl in shard_slices(arr.shape, shard)
-    ]
 
 
 def _zarr_write(
@@ -349,106 +330,6 @@ def check_layout(path: Path, shard: tuple[int, ...], inner: tuple[int, ...]) -> 
     )
     if not ok:
         raise SystemExit(f"{path}: shards {outer}, sharding codec {sharding}")
-
-
-# -- worker memory -----------------------------------------------------------------------
-def _worker_reset() -> tuple[int, bool]:
-    """In a worker: free what can be freed, reset the peak RSS; returns the RSS and
-    whether the peak could be reset."""
-    import ctypes
-    import gc
-
-    import psutil
-
-    gc.collect()
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-        reset = True
-    except OSError:
-        reset = False
-    return psutil.Process().memory_info().rss, reset
-
-
-def _worker_peak() -> int | None:
-    """In a worker: the peak RSS since the last reset."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-@dataclass
-class Memory:
-    cluster_delta: int  # MemorySampler: peak of the summed process memory - first sample
-    cluster_peak: int
-    worker_delta: int | None  # the largest per-worker growth of peak RSS (VmHWM)
-    worker_peak: int | None  # the largest per-worker peak RSS
-
-
-def worker_mib(memory: list[Memory], width: int = 11) -> str:
-    """The median growth of a worker's peak RSS over ``memory`` in MiB, right-aligned
-    in ``width`` columns ("-" where it could not be measured)."""
-    deltas = [m.worker_delta for m in memory if m.worker_delta is not None]
-    return f"{statistics.median(deltas) / MIB:{width}.0f}" if deltas else f"{'-':>{width}}"
-
-
-def two_workers() -> Any:
-    """A ``distributed.LocalCluster`` of 2 single-threaded worker processes (no
-    dashboard; the scheduler's HTTP server on a free port) and its ``Client``, as one
-    context manager yielding the client."""
-    from contextlib import ExitStack
-
-    from distributed import Client, LocalCluster
-
-    stack = ExitStack()
-    cluster = stack.enter_context(
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            worker_dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": ":0"},
-        )
-    )
-    client = stack.enter_context(Client(cluster))
-
-    @contextmanager
-    def running() -> Iterator[Any]:
-        with stack:
-            yield client
-
-    return running()
-
-
-@contextmanager
-def memory_probe(client: Any, label: str, out: list[Memory]) -> Iterator[None]:
-    """Measure the workers' peak memory during the block; appends to ``out``."""
-    from distributed.diagnostics import MemorySampler
-
-    base = client.run(_worker_reset)
-    time.sleep(1.2)  # let the workers' heartbeats report the trimmed memory
-    ms = MemorySampler()
-    with ms.sample(label, measure="process", interval=0.1):
-        yield
-    peaks = client.run(_worker_peak)
-    samples = [n for _, n in ms.samples[label]]
-    deltas = [
-        peaks[w] - rss for w, (rss, reset) in base.items() if reset and peaks.get(w) is not None
-    ]
-    out.append(
-        Memory(
-            cluster_delta=max(samples) - samples[0],
-            cluster_peak=max(samples),
-            worker_delta=max(deltas) if len(deltas) == len(base) else None,
-            worker_peak=max(p for p in peaks.values() if p is not None) if deltas else None,
-        )
-    )
 
 
 # -- the measurements --------------------------------------------------------------------
@@ -645,7 +526,7 @@ def print_report(
     repeats: int,
 ) -> dict[str, Any]:
     """Print the markdown tables (``tables``: header -> the keys of its rows) and the
-    targets; return the summary for the JSON file."""
+    targets; return the summary."""
     print()
     print(
         f"The cluster's writes: median of {repeats} timed runs, the floor and the "
@@ -760,7 +641,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--part2-shard-mib", type=int, default=512, help="part 2 shard size (default 512)"
     )
-    parser.add_argument("--out", type=Path, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -845,49 +725,11 @@ def main(argv: list[str] | None = None) -> None:
         del ds, arr
         cpu = meter.stop()
 
-    summary = print_report(results, tables, args.repeats)
+    print_report(results, tables, args.repeats)
     print()
     print_cpu(cpu)
     elapsed = time.perf_counter() - started
     print(f"total time {elapsed:.0f} s")
-    if args.out:
-        doc = {
-            "machine": info,
-            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "part1": {
-                fld.name: {
-                    "dims": fld.dims,
-                    "shape": fld.shape,
-                    "shard": fld.shard,
-                    "inner": fld.inner,
-                    "bytes": fld.nbytes,
-                }
-                for fld in fields
-            },
-            "part2": {
-                "shape": shape2,
-                "shard": shard2,
-                "inner": PART2_INNER,
-                "dask_chunks": PART2_DASK,
-                "bytes": field2.nbytes,
-            },
-            "floor_runs": FLOOR_RUNS,
-            "results": [
-                asdict(r)
-                | {
-                    "median": r.median,
-                    "headline": r.headline,
-                    "gb_per_s": r.nbytes / r.headline / 1e9,
-                }
-                for rs in results.values()
-                for r in rs.values()
-            ],
-            "summary": summary,
-            "cpu": cpu,
-            "total_seconds": elapsed,
-        }
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
