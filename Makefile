@@ -101,7 +101,7 @@ soak: $(STAMP) $(AZURITE)
 # notebooks (a cell that raises fails it)
 test-main: $(STAMP) $(AZURITE)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint docs chromium
-	$(TIMED) test-main $(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
+	$(TIMED) test-main $(BOUNDED) $(MAIN_MINUTES)m $(BIN)/python -m pytest $(PARALLEL) --benchmark-disable $(PYTEST_ARGS)
 
 # The promises pyproject makes, tested: the fast part of the suite (no slow cases, a cover
 # of each test matrix rather than all of it (tests/matrix.py), no notebooks, no packaging,
@@ -186,7 +186,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(if $(KEEP),--keep $(KEEP)) $(BENCH)
 
 bench-quick: $(STAMP)
-	$(BIN)/python -m pytest tests/test_benchmarks.py tests/test_remote_bench.py $(PYTEST_ARGS)
+	SHARDWISE_BENCH_SMOKE=1 $(BIN)/python -m pytest tests/test_benchmarks.py tests/test_remote_bench.py $(PYTEST_ARGS)
 
 bench-micro: $(STAMP)
 	$(BIN)/python -m pytest tests/benchmarks --benchmark-enable --benchmark-sort=name $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 """Readers that keep reading one array while another process rewrites it: the loops
-of the reader-consistency tests (``test_reader_consistency.py``) and benchmark
-(``benchmarks/reader_consistency.py``).
+of the reader-consistency tests (``test_reader_consistency.py``, and the longer runs of
+``stress/test_stress_concurrency.py``).
 
 Each reader *kind* is a way of reading the array that a long-lived program would
 keep open: it is opened once, before the writer (``consistency_writer.py``) starts,

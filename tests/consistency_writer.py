@@ -1,7 +1,7 @@
 """A writer that keeps rewriting parts of one array while readers read it, run as a
 process of its own: ``python consistency_writer.py '<json>'`` (the reader-consistency
-tests and benchmark: ``test_reader_consistency.py``, ``consistency.py``,
-``benchmarks/reader_consistency.py``).
+tests: ``test_reader_consistency.py``, ``consistency.py``,
+``stress/test_stress_concurrency.py``).
 
 The json says where the array is (``store``: a local path or an ``s3://`` URL, with
 ``storage_options``; ``path``: the array's path in the store) and what to do:

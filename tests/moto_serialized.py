@@ -2,11 +2,10 @@
 
 moto checks a put's ``If-Match`` / ``If-None-Match`` and then stores the object, two
 steps with no lock between them: under concurrent requests two conditional puts of one
-key can both pass the check and both succeed (``benchmarks/moto_atomicity.py`` counts
-how often). S3 itself applies a conditional put as one step. This runs moto's own
-application behind a lock held for the whole of each ``PUT``, ``POST`` and ``DELETE``
-request, so that a conditional put is checked and applied at once, as S3 does; reads
-are not held back. Started like ``python -m moto.server``: ``-H HOST -p PORT``.
+key can both pass the check and both succeed. S3 itself applies a conditional put as
+one step. This runs moto's own application behind a lock held for the whole of each
+``PUT``, ``POST`` and ``DELETE`` request, so that a conditional put is checked and
+applied at once, as S3 does; reads are not held back. Started like ``python -m moto.server``: ``-H HOST -p PORT``.
 """
 
 from __future__ import annotations

@@ -22,27 +22,30 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 
-# each script's smoke run: its arguments, and whether it is quick enough for the fast runs
-SMOKE: dict[str, tuple[tuple[str, ...], bool]] = {
-    "peers": (("--data", "u2-3d", "--edge", "256", "--runs", "1"), False),
-    "read_throughput": (("--shape", "2d", "--size-mib", "128", "--repeats", "1"), False),
+# each script's smoke run: its arguments, and how often it runs: True, in the fast runs
+# too; False, in the whole suite (marked slow); "asked", only where asked for with
+# SHARDWISE_BENCH_SMOKE=1 (make bench-quick): minutes each on a 2-core machine, their
+# code paths tested by the suite itself
+SMOKE: dict[str, tuple[tuple[str, ...], bool | str]] = {
+    "peers": (("--data", "u2-3d", "--edge", "256", "--runs", "1"), "asked"),
+    "read_throughput": (("--shape", "2d", "--size-mib", "128", "--repeats", "1"), "asked"),
     "read_fanout": (("--quick",), False),
-    "single_shard": (("--shape", "2d", "--size-mib", "128", "--repeats", "1"), False),
-    "task_profile": (("--shape", "2d", "--size-mib", "128", "--rounds", "1"), False),
+    "single_shard": (("--shape", "2d", "--size-mib", "128", "--repeats", "1"), "asked"),
+    "task_profile": (("--shape", "2d", "--size-mib", "128", "--rounds", "1"), "asked"),
     "write_throughput": (
         (
             *("--shape", "2d", "--size-mib", "128", "--repeats", "1"),
             *("--part2-size-mib", "128", "--part2-shard-mib", "64"),
         ),
-        False,
+        "asked",
     ),
     "rectilinear": (("--repeats", "1"), False),
-    "encode_split": (("--repeats", "1", "--size-mib", "256"), False),
+    "encode_split": (("--repeats", "1", "--size-mib", "256"), "asked"),
     "independent_writers": (("--quick", "--repeats", "1"), False),
     "scaling": (("--build", "1000", "--run", "1000", "--repeats", "1"), False),
     "giant_grid": (("--stored", "1", "10", "--repeats", "1"), True),
     "migrate": (("--repeats", "1", "--compressor", "zstd"), False),
-    "reshard": (("--repeats", "1"), False),
+    "reshard": (("--repeats", "1"), "asked"),
     "inventory": (("--shards", "100", "--repeats", "1", "--latency", "0"), True),
 }
 
@@ -52,10 +55,19 @@ def test_every_script_has_a_smoke_run():
     assert scripts - {"run", "remote_read"} == set(SMOKE)
 
 
+ASKED = pytest.mark.skipif(
+    not os.environ.get("SHARDWISE_BENCH_SMOKE"),
+    reason="a long smoke run: SHARDWISE_BENCH_SMOKE=1 (make bench-quick) runs it",
+)
+
+
+def _marks(how: bool | str) -> tuple[pytest.MarkDecorator, ...]:
+    return () if how is True else (pytest.mark.slow,) if how is False else (pytest.mark.slow, ASKED)
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    "script",
-    [pytest.param(s, marks=() if quick else pytest.mark.slow) for s, (_, quick) in SMOKE.items()],
+    "script", [pytest.param(s, marks=_marks(how)) for s, (_, how) in SMOKE.items()]
 )
 def test_the_smoke_run_exits_0_and_is_kept_with_its_header(script, tmp_path):
     kept = tmp_path / f"{script}.txt"

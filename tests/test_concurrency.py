@@ -5,8 +5,7 @@ same time as the others, with no coordination between them: region writes whose
 regions share shards, appends racing each other (dask arrays and Datasets), a job
 killed while it writes. The final array must hold what every job wrote, on a local
 store and on S3 (moto's server with its writes serialized, so that its conditional
-puts are atomic as S3's are: see ``moto_serialized.py``; plain moto's are not, as
-``benchmarks/moto_atomicity.py`` counts).
+puts are atomic as S3's are: see ``moto_serialized.py``; plain moto's are not).
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def test_errors_travel_from_workers(client, weather_store):
 def test_misaligned_write_on_worker_processes(client, tmp_path):
     """Dask chunks of 30 rows into shards of 100 rows with inner chunks of 10, written
     by 2 worker processes: nothing is lost (``ds.to_zarr(safe_chunks=False)`` loses a
-    fifth or more of the values in this case; see docs/benchmarks/reading.md)."""
+    fifth or more of the values in this case, the tasks that share a shard overwriting
+    each other's parts)."""
     import pandas as pd
 
     import shardwise

@@ -10,12 +10,6 @@ from __future__ import annotations
 import pytest
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "stress: a long run of what the suite checks; only with -m stress (make stress)"
-    )
-
-
 def pytest_collection_modifyitems(config, items):
     if "stress" in (config.option.markexpr or ""):
         return  # asked for (or, as "not stress", deselected)

@@ -68,8 +68,8 @@ def zstd_decompress_into(src: memoryview, out: npt.NDArray[np.uint8]) -> int | N
 class ZstdEncode:
     """zstd compression with one compression context per thread reused from chunk to
     chunk. (numcodecs creates a context for every chunk: in dask workers, whose
-    allocator returns freed memory to the system at once, that made compressing 64 KiB
-    chunks about 1.6x slower; see docs/benchmarks/writing.md.) :meth:`encode_into` compresses
+    allocator returns freed memory to the system at once, that makes compressing small
+    chunks markedly slower.) :meth:`encode_into` compresses
     straight into the caller's memory through libzstd's ``ZSTD_compress2`` (python-
     zstandard's cffi binding), so no output is allocated per chunk. The frames record the
     content size, as numcodecs' do, so every zstd decoder reads them; both methods give
