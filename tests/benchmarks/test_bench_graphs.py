@@ -40,7 +40,7 @@ def test_write_graph(benchmark, chunks):
     benchmark.group, benchmark.extra_info["shards"] = "graphs", SHARDS
 
     def build():
-        return shardwise.to_zarr(
+        return shardwise.array.to_zarr(
             x, MemoryStore(), path="v", shards=SHARD, chunks=INNER, compute=False
         )
 

@@ -45,7 +45,7 @@ def test_write(benchmark, tmp_path):
     x = da.from_array(values(), chunks=SHARD)
     out = str(tmp_path / "w.zarr")
     benchmark.group = "paths"
-    benchmark(shardwise.to_zarr, x, out, path="v", shards=SHARD, chunks=INNER, mode="w")
+    benchmark(shardwise.array.to_zarr, x, out, path="v", shards=SHARD, chunks=INNER, mode="w")
     np.testing.assert_array_equal(shardwise.ArrayReader.open(out, "v")[...], values())
 
 
