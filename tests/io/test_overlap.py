@@ -362,9 +362,9 @@ def test_index_state_has_one_owner_and_reads_the_environment_on_first_use():
     assert cache.SUPPLIED is owner.supplied and cache.IN_FLIGHT is owner.in_flight
     assert shardwise.cache.index_cache() is owner.cache is cache.index_cache()
     code = (
-        "import os, shardwise\n"
+        "import dask, shardwise\n"
         "from shardwise.io import cache\n"
-        "os.environ['SHARDWISE_INDEX_CACHE_BYTES'] = '4096'\n"
+        "dask.config.set({'shardwise.index-cache-bytes': 4096})\n"
         "print(shardwise.cache.index_cache().max_bytes)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
