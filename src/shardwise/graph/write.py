@@ -526,6 +526,7 @@ def store_dask_array(
         encode_keys = [(names["encode"], *b) for b in np.ndindex(*plan.numblocks)]
         return wait_for(names["done"], HighLevelGraph(layers, deps), encode_keys, combine=combine)
 
+    # shard tasks gather the parts of the blocks touching their shards
     gathered = plan.gathered_per_block()
     shard_layers, shard_deps = _shard_layers(plan, gathered, names, target_key)
     layers |= shard_layers
@@ -547,8 +548,9 @@ def store_dask_array(
 def _encode_layers(e: _Encoding) -> tuple[dict[str, Any], dict[str, Any]]:
     """The graph's layers and dependencies up to the encode layer: a task per block,
     given the stored array in place of the block where the source is a plain read of
-    one (:func:`_stored_layer`), else fused with the source's blockwise layers (spread
-    over the workers where the blocks were cut); or a task per group of blocks."""
+    one (:func:`_stored_layer`), else fused with the source's blockwise layers (and,
+    where ``encode_split`` cut the blocks, spread over the workers' threads:
+    :func:`_spread`); or a task per group of blocks (:func:`_batch_layer`)."""
     from dask.highlevelgraph import HighLevelGraph
 
     name = e.names["encode"]

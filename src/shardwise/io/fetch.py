@@ -421,7 +421,8 @@ class ShardFetcher:
         extra: int,
     ) -> dict[tuple[int, ...], Bytes | None]:
         """The inner chunks ``members`` (places in ``read``'s lists) read in one
-        request, ``req`` read on by ``extra`` bytes (:func:`_read_on`)."""
+        request, ``req`` read on by ``extra`` bytes (:func:`_read_on`); zero-length
+        chunks need none. A shard deleted since its index was read is :class:`Stale`."""
         from zarr.abc.store import RangeByteRequest
 
         if req.stop == req.start:  # zero-length chunks need no request

@@ -595,8 +595,9 @@ def _check_request(
     shards: Sizes,
     chunks: Sizes,
 ) -> None:
-    """Refuses a chosen array whose document no reader opens (before the sizes, which
-    cannot name its dimensions), then sizes naming a dimension no chosen array has."""
+    """Refuses an array taken (not left out by ``variables``) whose document no reader
+    opens, before the sizes, which cannot name its dimensions; then sizes that do not
+    fit the dimensions of the arrays taken (:func:`_check_sizes`)."""
     for rel, err in unreadable.items():
         if rel in source.damaged:  # a document no reader opens: named (unless left out)
             raise err
