@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
@@ -101,6 +101,52 @@ def _coarsen(values: npt.NDArray[Any], factors: Sequence[int], how: str) -> npt.
     return out
 
 
+_PAD = 20.0  # pixels around the grid
+
+
+@dataclass(frozen=True, slots=True)
+class _Cells:
+    """A shard grid as drawn: two axes, rows then columns. Per cell, its
+    :class:`ShardState` (``state``) and the share of its inner chunks stored
+    (``stored``, NaN unknown); per axis, where each cell starts and the extent last
+    (``edges``) and the axis's name (``names``; None for an axis added to make two).
+    ``caption``: lines of markup saying what was folded together; ``added``: how many of
+    the two axes were added (a cell's last ``2 - added`` coordinates are its shard's);
+    ``whole``: one cell per shard, so a cell can be labelled with its shard."""
+
+    state: npt.NDArray[Any]
+    stored: npt.NDArray[np.float64]
+    edges: list[npt.NDArray[np.int64]]
+    names: list[Any]
+    caption: list[str]
+    added: int
+    whole: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Box:
+    """Where the cells start in pixels, down (``ys``) and across (``xs``), and the
+    grid's size: drawn to scale, its longer side :data:`_WIDTH` pixels and its shorter at
+    least :data:`_MIN`."""
+
+    ys: npt.NDArray[np.float64]
+    xs: npt.NDArray[np.float64]
+    height: float
+    width: float
+
+    @classmethod
+    def of(cls, edges: Sequence[npt.NDArray[np.int64]]) -> _Box:
+        """The box of a grid whose rows and columns start at ``edges``."""
+        rows_e, cols_e = edges
+        extent = [max(int(a[-1] - a[0]), 1) for a in edges]
+        scale = _WIDTH / max(extent)
+        height = max(_MIN, extent[0] * scale)
+        width = max(_MIN, extent[1] * scale)
+        ys: npt.NDArray[np.float64] = (rows_e - rows_e[0]) / extent[0] * height
+        xs: npt.NDArray[np.float64] = (cols_e - cols_e[0]) / extent[1] * width
+        return cls(ys, xs, height, width)
+
+
 def grid_svg(
     edges: Sequence[Any],
     names: Sequence[Any],
@@ -119,13 +165,49 @@ def grid_svg(
     draws arrays); more as the last two, the state and fraction of each cell taken over
     the other axes (named in the caption). Shards are drawn to scale along each axis.
     Past :data:`MAX_CELLS` cells, blocks of shards are drawn as one cell each."""
-    axes_all: list[npt.NDArray[np.int64]] = [np.asarray(e, dtype=np.int64) for e in edges]
-    ndim = len(axes_all)
-    grid = tuple(len(e) - 1 for e in axes_all)
+    axes = [np.asarray(e, dtype=np.int64) for e in edges]
+    st, fr = _shard_values(axes, state, stored)
+    cells = _in_blocks(_last_two_axes(axes, names, st, fr))
+    box = _Box.of(cells.edges)
+    notes = _notes(cells, box)
+    total_w = _PAD * 2 + box.width + 20
+    total_h = _PAD * 2 + box.height + 20 + 14 * len(notes)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" '
+        f'height="{total_h:.0f}" style="stroke:rgb(0,0,0);stroke-width:0">'
+        + "".join(_rects(cells, box, label))
+        + "".join(_axis_labels(cells.names, box))
+        + "".join(notes)
+        + "</svg>"
+    )
+
+
+def _shard_values(
+    axes: Sequence[npt.NDArray[np.int64]],
+    state: npt.NDArray[np.int8] | None,
+    stored: npt.NDArray[np.float64] | None,
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64]]:
+    """Each shard's state and share stored (unknown where not given), refused unless
+    they have the grid's shape."""
+    grid = tuple(len(e) - 1 for e in axes)
     st = np.full(grid, UNKNOWN, dtype=np.int8) if state is None else np.asarray(state)
     fr = np.full(grid, np.nan) if stored is None else np.asarray(stored, dtype=np.float64)
     if st.shape != grid or fr.shape != grid:
         raise ValueError(f"state {st.shape} and stored {fr.shape} do not match the grid {grid}")
+    return st, fr
+
+
+def _last_two_axes(
+    axes: Sequence[npt.NDArray[np.int64]],
+    names: Sequence[Any],
+    st: npt.NDArray[Any],
+    fr: npt.NDArray[np.float64],
+) -> _Cells:
+    """The grid on its last two axes: the others folded in (a cell's state the highest
+    of its shards', its share the mean of those known), which the caption names; a grid
+    of one axis becomes a row, one of none a single cell."""
+    ndim = len(axes)
+    grid = tuple(len(e) - 1 for e in axes)
     shown = list(range(ndim))[-2:] if ndim else []
     other = [i for i in range(ndim) if i not in shown]
     caption = []
@@ -144,82 +226,96 @@ def grid_svg(
         )
     while st.ndim < 2:  # one axis: a row; none: a single cell
         st, fr = st[None], fr[None]
-    axes: list[npt.NDArray[np.int64]] = [np.array([0, 1], dtype=np.int64)] * (2 - len(shown)) + [
-        axes_all[i] for i in shown
-    ]
-    axis_names = [None] * (2 - len(shown)) + [names[i] for i in shown]
-    factors = [_blocks(len(a) - 1) for a in axes]
-    if any(k > 1 for k in factors):
-        caption.append(
-            f"{' x '.join(str(len(a) - 1) for a in axes)} shards drawn as "
-            f"{' x '.join(str(math.ceil((len(a) - 1) / k)) for a, k in zip(axes, factors, strict=True))}"
-            f" cells of up to {' x '.join(map(str, factors))} shards"
-        )
-        st = _coarsen(st.astype(np.int64), factors, "max")
-        with np.errstate(invalid="ignore"):
-            fr = _coarsen(fr, factors, "mean")
-        axes = [np.append(a[:-1][::k], a[-1]) for a, k in zip(axes, factors, strict=True)]
-    rows_e, cols_e = axes
-    extent = [max(int(a[-1] - a[0]), 1) for a in axes]
-    scale = _WIDTH / max(extent)
-    height = max(_MIN, extent[0] * scale)
-    width = max(_MIN, extent[1] * scale)
-    ys: npt.NDArray[np.float64] = (rows_e - rows_e[0]) / extent[0] * height
-    xs: npt.NDArray[np.float64] = (cols_e - cols_e[0]) / extent[1] * width
-    pad = 20.0
-    cells = []
+    added = 2 - len(shown)
+    edges = [np.array([0, 1], dtype=np.int64)] * added + [axes[i] for i in shown]
+    axis_names = [None] * added + [names[i] for i in shown]
+    return _Cells(st, fr, edges, axis_names, caption, added, whole=not other)
+
+
+def _in_blocks(cells: _Cells) -> _Cells:
+    """``cells`` as is, or, past :data:`_SIDE` shards along an axis, in blocks of shards
+    drawn as one cell each (its state the highest, its share the mean), which the caption
+    says."""
+    factors = [_blocks(len(a) - 1) for a in cells.edges]
+    if not any(k > 1 for k in factors):
+        return cells
+    line = (
+        f"{' x '.join(str(len(a) - 1) for a in cells.edges)} shards drawn as "
+        f"{' x '.join(str(math.ceil((len(a) - 1) / k)) for a, k in zip(cells.edges, factors, strict=True))}"
+        f" cells of up to {' x '.join(map(str, factors))} shards"
+    )
+    st = _coarsen(cells.state.astype(np.int64), factors, "max")
+    with np.errstate(invalid="ignore"):
+        fr = _coarsen(cells.stored, factors, "mean")
+    edges = [np.append(a[:-1][::k], a[-1]) for a, k in zip(cells.edges, factors, strict=True)]
+    return replace(
+        cells, state=st, stored=fr, edges=edges, caption=[*cells.caption, line], whole=False
+    )
+
+
+def _fill(state: int, share: float) -> tuple[str, float]:
+    """A cell's colour and opacity: stored cells shaded by the share of their inner
+    chunks stored (solid where it is not known)."""
+    if state == STORED:
+        opacity = 1.0 if math.isnan(share) else 0.15 + 0.85 * min(max(share, 0.0), 1.0)
+        return _STORED, opacity
+    return _FILL.get(state, _FILL[UNKNOWN]), 1.0
+
+
+def _rects(cells: _Cells, box: _Box, label: Callable[[tuple[int, ...]], str] | None) -> list[str]:
+    """A rectangle per cell, with ``label``'s tooltip where a cell is one shard."""
+    ys, xs = box.ys, box.xs
+    out = []
     for r in range(len(ys) - 1):
         for c in range(len(xs) - 1):
-            s = int(st[r, c])
-            f = float(fr[r, c])
-            if s == STORED:  # (solid where the share of inner chunks is not known)
-                fill = _STORED
-                opacity = 1.0 if math.isnan(f) else 0.15 + 0.85 * min(max(f, 0.0), 1.0)
-            else:
-                fill, opacity = _FILL.get(s, _FILL[UNKNOWN]), 1.0
+            fill, opacity = _fill(int(cells.state[r, c]), float(cells.stored[r, c]))
             title = ""
-            if label is not None and not any(k > 1 for k in factors) and not other:
-                where = (r, c)[2 - len(shown) :]
+            if label is not None and cells.whole:
+                where = (r, c)[cells.added :]
                 title = f"<title>{esc(label(tuple(where)))}</title>"
-            cells.append(
-                f'<rect x="{pad + xs[c]:.2f}" y="{pad + ys[r]:.2f}" '
+            out.append(
+                f'<rect x="{_PAD + xs[c]:.2f}" y="{_PAD + ys[r]:.2f}" '
                 f'width="{max(xs[c + 1] - xs[c], 0.5):.2f}" '
                 f'height="{max(ys[r + 1] - ys[r], 0.5):.2f}" fill="{fill}" '
                 f'fill-opacity="{opacity:.3f}" stroke="#444" stroke-width="0.5">{title}</rect>'
             )
+    return out
+
+
+def _axis_labels(names: Sequence[Any], box: _Box) -> list[str]:
+    """The columns' name under the grid, the rows' name up its right side (none for an
+    added axis)."""
+    width, height = box.width, box.height
     texts = []
-    if axis_names[1] is not None:
+    if names[1] is not None:
         texts.append(
-            f'<text x="{pad + width / 2:.2f}" y="{pad + height + 15:.2f}" '
-            f'text-anchor="middle" font-size="12">{esc(axis_names[1])}</text>'
+            f'<text x="{_PAD + width / 2:.2f}" y="{_PAD + height + 15:.2f}" '
+            f'text-anchor="middle" font-size="12">{esc(names[1])}</text>'
         )
-    if axis_names[0] is not None:
+    if names[0] is not None:
         texts.append(
-            f'<text x="{pad + width + 12:.2f}" y="{pad + height / 2:.2f}" '
+            f'<text x="{_PAD + width + 12:.2f}" y="{_PAD + height / 2:.2f}" '
             f'text-anchor="middle" font-size="12" '
-            f'transform="rotate(-90,{pad + width + 12:.2f},{pad + height / 2:.2f})">'
-            f"{esc(axis_names[0])}</text>"
+            f'transform="rotate(-90,{_PAD + width + 12:.2f},{_PAD + height / 2:.2f})">'
+            f"{esc(names[0])}</text>"
         )
-    shaded = (st == STORED) & ~np.isnan(fr)
+    return texts
+
+
+def _notes(cells: _Cells, box: _Box) -> list[str]:
+    """The lines under the grid, one text each: the legend (shading, damage), where
+    the picture shows them, then the caption."""
+    shaded = (cells.state == STORED) & ~np.isnan(cells.stored)
     legend = [
         "shaded by the share of inner chunks stored" if shaded.any() else "",
-        "red: damaged" if (st == DAMAGED).any() else "",
+        "red: damaged" if (cells.state == DAMAGED).any() else "",
     ]
-    words = [w for w in (*legend, *caption) if w]
-    for i, w in enumerate(words):
-        texts.append(
-            f'<text x="{pad:.2f}" y="{pad + height + 32 + 14 * i:.2f}" font-size="11">'
-            f"{w if w in caption else esc(w)}</text>"
-        )
-    total_w = pad * 2 + width + 20
-    total_h = pad * 2 + height + 20 + 14 * len(words)
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" '
-        f'height="{total_h:.0f}" style="stroke:rgb(0,0,0);stroke-width:0">'
-        + "".join(cells)
-        + "".join(texts)
-        + "</svg>"
-    )
+    words = [w for w in (*legend, *cells.caption) if w]
+    return [
+        f'<text x="{_PAD:.2f}" y="{_PAD + box.height + 32 + 14 * i:.2f}" font-size="11">'
+        f"{w if w in cells.caption else esc(w)}</text>"
+        for i, w in enumerate(words)
+    ]
 
 
 _DRAWN_SHARDS = 1_000_000  # an array's grid is drawn up to this many shards

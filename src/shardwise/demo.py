@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,7 +50,46 @@ def sample_dataset(ndays: int = 730, nlat: int = 90, nlon: int = 180) -> xr.Data
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """How the demo stores ``tas``: shards of ``shards`` (time, lat, lon) made of inner
+    chunks of ``inner``, ``nshards`` of them over the array, packed as int16."""
+
+    shards: tuple[int, ...]
+    inner: tuple[int, ...]
+    nshards: int
+
+    @classmethod
+    def of(cls, shape: tuple[int, ...]) -> _Layout:
+        """The layout of an array of ``shape``: shards of 146 days of the whole globe,
+        inner chunks of 73 days and 45 x 45 points."""
+        shards, inner = (146, 90, 180), (73, 45, 45)
+        nshards = int(np.prod([-(-n // s) for n, s in zip(shape, shards, strict=True)]))
+        return cls(shards, inner, nshards)
+
+    @property
+    def encoding(self) -> dict[str, dict[str, Any]]:
+        """The ``encoding`` that asks for this layout, for xarray's write and shardwise's."""
+        return {
+            "tas": {
+                "shards": self.shards,
+                "chunks": self.inner,
+                "dtype": "i2",
+                "scale_factor": 0.01,
+                "add_offset": 273.15,
+                "_FillValue": -32768,
+            }
+        }
+
+    @property
+    def chunks_per_shard(self) -> int:
+        """How many inner chunks a shard holds."""
+        return int(np.prod(self.shards) // np.prod(self.inner))
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo (the steps above) with the command line's ``--path`` and
+    ``--workers``; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", default="demo-data/demo.zarr", help="where to write the store")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
@@ -57,10 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     # imported after parsing, so that --help answers without loading dask and zarr
     import dask
     import distributed
-    from zarr.storage import LocalStore
-
-    import shardwise
-    from shardwise.testing import CountingStore
 
     path = Path(args.path)
     if path.exists():
@@ -68,18 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
 
     ds = sample_dataset()
-    shards, inner = (146, 90, 180), (73, 45, 45)
-    encoding = {
-        "tas": {
-            "shards": shards,
-            "chunks": inner,
-            "dtype": "i2",
-            "scale_factor": 0.01,
-            "add_offset": 273.15,
-            "_FillValue": -32768,
-        }
-    }
-    nshards = int(np.prod([-(-n // s) for n, s in zip(ds.tas.shape, shards, strict=True)]))
+    layout = _Layout.of(ds.tas.shape)
     awkward = ds.chunk({"time": 100})  # 100-day dask chunks into 146-day shards
     del ds
 
@@ -94,56 +120,81 @@ def main(argv: list[str] | None = None) -> int:
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": "256MiB"}):
             awkward = awkward.persist()
         distributed.wait(awkward)
-        t0 = time.perf_counter()
-        shardwise.to_zarr(awkward, path, mode="w", encoding=encoding, consolidated=False)
-        elapsed = time.perf_counter() - t0
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        objects = sum(1 for f in (path / "tas" / "c").rglob("*") if f.is_file())
-        print(
-            f"\nshardwise.to_zarr -> {path}: {awkward.tas.nbytes / 2**20:.1f} MiB of float32 as "
-            f"{size / 2**20:.1f} MiB in {elapsed:.2f} s"
-        )
-        print(
-            f"  dask chunks {awkward.tas.chunks[0][:3]}... days into shards of {shards[0]} days: "
-            f"{awkward.tas.data.npartitions} dask chunks -> {objects} shard objects "
-            f"(of {nshards}), each of {np.prod(shards) // np.prod(inner)} inner chunks {inner}"
-        )
-        reference_path = path.with_name(path.stem + "-xarray.zarr")
-        awkward.chunk(dict(zip(awkward.tas.dims, shards, strict=True))).to_zarr(
-            reference_path, zarr_format=3, encoding=encoding, consolidated=False, mode="w"
-        )
-        xr.testing.assert_identical(
-            xr.open_zarr(path, consolidated=False).load(),
-            xr.open_zarr(reference_path, consolidated=False).load(),
-        )
-        shutil.rmtree(reference_path)
-        print("  identical to xarray's own write with dask chunks = shards: yes")
+        _write(awkward, path, layout)
+        _read(path)
 
-        opened = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
-        print(f"\nxr.open_dataset({str(path)!r}, engine='shardwise', chunks={{}}):")
-        print(opened)
-        print(f"\n  dask chunks: {opened.tas.chunks} -> one task per shard")
-        clim = opened.tas.groupby("time.month").mean()
-        t0 = time.perf_counter()
-        result = clim.compute()
-        elapsed = time.perf_counter() - t0
-        print(
-            f"  monthly climatology on the cluster in {elapsed:.2f} s "
-            f"({opened.tas.data.npartitions} read tasks)"
-        )
+    _count_reads(path, layout)
+    return 0
 
-        reference = (
-            xr.open_dataset(path, engine="zarr", consolidated=False)
-            .tas.groupby("time.month")
-            .mean()
-            .compute()
-        )
-        xr.testing.assert_identical(result, reference)
-        print("  identical to engine='zarr': yes")
-        january = float(result.sel(month=1).sel(lat=45, method="nearest").mean())
-        print(f"  mean January temperature at 45N: {january:.2f} K")
 
-    # how many store requests one full read costs (threaded, counted in this process)
+def _write(awkward: xr.Dataset, path: Path, layout: _Layout) -> None:
+    """Write ``awkward`` with ``shardwise.to_zarr``, say what it made, and check it
+    against xarray's own write of the same data with dask chunks equal to the shards."""
+    import shardwise
+
+    t0 = time.perf_counter()
+    shardwise.to_zarr(awkward, path, mode="w", encoding=layout.encoding, consolidated=False)
+    elapsed = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    objects = sum(1 for f in (path / "tas" / "c").rglob("*") if f.is_file())
+    print(
+        f"\nshardwise.to_zarr -> {path}: {awkward.tas.nbytes / 2**20:.1f} MiB of float32 as "
+        f"{size / 2**20:.1f} MiB in {elapsed:.2f} s"
+    )
+    print(
+        f"  dask chunks {awkward.tas.chunks[0][:3]}... days into shards of {layout.shards[0]} "
+        f"days: {awkward.tas.data.npartitions} dask chunks -> {objects} shard objects "
+        f"(of {layout.nshards}), each of {layout.chunks_per_shard} inner chunks {layout.inner}"
+    )
+    reference_path = path.with_name(path.stem + "-xarray.zarr")
+    awkward.chunk(dict(zip(awkward.tas.dims, layout.shards, strict=True))).to_zarr(
+        reference_path, zarr_format=3, encoding=layout.encoding, consolidated=False, mode="w"
+    )
+    xr.testing.assert_identical(
+        xr.open_zarr(path, consolidated=False).load(),
+        xr.open_zarr(reference_path, consolidated=False).load(),
+    )
+    shutil.rmtree(reference_path)
+    print("  identical to xarray's own write with dask chunks = shards: yes")
+
+
+def _read(path: Path) -> None:
+    """Open the store with ``engine="shardwise", chunks={}``, compute a monthly
+    climatology on the cluster and check it against ``engine="zarr"``'s."""
+    opened = xr.open_dataset(path, engine="shardwise", chunks={}, consolidated=False)
+    print(f"\nxr.open_dataset({str(path)!r}, engine='shardwise', chunks={{}}):")
+    print(opened)
+    print(f"\n  dask chunks: {opened.tas.chunks} -> one task per shard")
+    clim = opened.tas.groupby("time.month").mean()
+    t0 = time.perf_counter()
+    result = clim.compute()
+    elapsed = time.perf_counter() - t0
+    print(
+        f"  monthly climatology on the cluster in {elapsed:.2f} s "
+        f"({opened.tas.data.npartitions} read tasks)"
+    )
+
+    reference = (
+        xr.open_dataset(path, engine="zarr", consolidated=False)
+        .tas.groupby("time.month")
+        .mean()
+        .compute()
+    )
+    xr.testing.assert_identical(result, reference)
+    print("  identical to engine='zarr': yes")
+    january = float(result.sel(month=1).sel(lat=45, method="nearest").mean())
+    print(f"  mean January temperature at 45N: {january:.2f} K")
+
+
+def _count_reads(path: Path, layout: _Layout) -> None:
+    """Count the store requests one full read of ``tas`` costs (threaded, counted in
+    this process)."""
+    import dask
+    from zarr.storage import LocalStore
+
+    import shardwise
+    from shardwise.testing import CountingStore
+
     shardwise.cache.clear_index_cache()
     store = CountingStore(LocalStore(path, read_only=True))
     counted = xr.open_dataset(store, engine="shardwise", chunks={}, consolidated=False)  # type: ignore[arg-type]
@@ -152,11 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         counted.tas.load()
     reads = store.log.gets("")
     print(
-        f"\nreading all of tas: {len(reads)} store reads for {nshards} shards "
-        f"({len(reads) / nshards:.1f} per shard, "
-        f"{np.prod(shards) // np.prod(inner)} inner chunks each)"
+        f"\nreading all of tas: {len(reads)} store reads for {layout.nshards} shards "
+        f"({len(reads) / layout.nshards:.1f} per shard, "
+        f"{layout.chunks_per_shard} inner chunks each)"
     )
-    return 0
 
 
 if __name__ == "__main__":

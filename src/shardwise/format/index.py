@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NoReturn
 
 import google_crc32c
 import numpy as np
@@ -215,104 +215,163 @@ def check_entries(
     flat = table.reshape(-1, 2)
     cps = table.shape[:-1]
     offsets, nbytes = flat[:, 0], flat[:, 1]
-    empty_o, empty_n = offsets == EMPTY, nbytes == EMPTY
+    bad = _half_empty(offsets, nbytes)
+    if bad is not None:
+        bad.throw(bad.at, cps, array=array, key=key)
+    present = np.flatnonzero(offsets != EMPTY)
+    if not present.size:
+        return
+    o = offsets[present]
+    n = nbytes[present]
+    bad = (
+        _overflowing(o, n)
+        or _outside(o, n, data_start=data_start, data_stop=data_stop, max_stop=max_stop)
+        or _too_large(o, n, max_nbytes)
+        or _overlapping(o, n)
+    )
+    if bad is not None:
+        bad.throw(int(present[bad.at]), cps, array=array, key=key)
 
-    def fail(
-        i: int, problem: str, expected: str, found: str, cls: type = CorruptShardError
-    ) -> None:
-        raise cls(
-            problem,
-            expected=expected,
-            found=found,
+
+@dataclass(frozen=True, slots=True)
+class _Bad:
+    """The first entry that fails one check of :func:`check_entries`: its place among
+    the entries checked (``at``) and what the error says of it."""
+
+    at: int
+    problem: str
+    expected: str
+    found: str
+    cls: type[CorruptShardError] = CorruptShardError
+
+    def throw(
+        self, i: int, cps: tuple[int, ...], *, array: str | None, key: str | None
+    ) -> NoReturn:
+        """Raise the error of the ``i``-th entry of a table of ``cps`` inner chunks."""
+        raise self.cls(
+            self.problem,
+            expected=self.expected,
+            found=self.found,
             array=array,
             key=key,
             chunk=tuple(int(x) for x in np.unravel_index(i, cps)),
             advice="The shard index is corrupt; rewrite the shard from its source.",
         )
 
-    half = np.flatnonzero(empty_o != empty_n)
-    if half.size:
-        i = int(half[0])
-        fail(
-            i,
-            "half-empty shard index entry",
-            "offset and nbytes both 2**64-1 or both set",
-            f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
-        )
-    present = np.flatnonzero(~empty_o)
-    if not present.size:
-        return
-    o = offsets[present]
-    n = nbytes[present]
-    # offset + nbytes must not overflow 64 bits
-    overflow = n > (EMPTY - o)
-    if overflow.any():
-        i = int(present[np.flatnonzero(overflow)[0]])
-        fail(
-            i,
-            "shard index entry overflows",
-            "offset + nbytes < 2**64",
-            f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
-        )
-    end = o + n
-    low = o < np.uint64(data_start)
-    if low.any():
-        i = int(present[np.flatnonzero(low)[0]])
-        fail(
-            i,
+
+def _first(mask: npt.NDArray[np.bool_]) -> int | None:
+    """Where ``mask`` is first true, or None."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def _entry(o: npt.NDArray[np.uint64], n: npt.NDArray[np.uint64], j: int) -> str:
+    """The ``j``-th entry, as an error shows it."""
+    return f"offset={int(o[j])}, nbytes={int(n[j])}"
+
+
+def _half_empty(offsets: npt.NDArray[np.uint64], nbytes: npt.NDArray[np.uint64]) -> _Bad | None:
+    """The first entry with one field empty and the other set."""
+    j = _first((offsets == EMPTY) != (nbytes == EMPTY))
+    if j is None:
+        return None
+    return _Bad(
+        j,
+        "half-empty shard index entry",
+        "offset and nbytes both 2**64-1 or both set",
+        _entry(offsets, nbytes, j),
+    )
+
+
+def _overflowing(o: npt.NDArray[np.uint64], n: npt.NDArray[np.uint64]) -> _Bad | None:
+    """The first entry whose ``offset + nbytes`` would not fit 64 bits."""
+    j = _first(n > (EMPTY - o))
+    if j is None:
+        return None
+    return _Bad(j, "shard index entry overflows", "offset + nbytes < 2**64", _entry(o, n, j))
+
+
+def _outside(
+    o: npt.NDArray[np.uint64],
+    n: npt.NDArray[np.uint64],
+    *,
+    data_start: int,
+    data_stop: int | None,
+    max_stop: int | None,
+) -> _Bad | None:
+    """The first entry starting before ``data_start`` (in the index); else the first
+    ending past ``data_stop``, or, when that is not known, past ``max_stop``."""
+    j = _first(o < np.uint64(data_start))
+    if j is not None:
+        return _Bad(
+            j,
             "inner chunk overlaps the shard index",
             f"offset >= {data_start}",
-            f"offset={int(offsets[i])}",
+            f"offset={int(o[j])}",
         )
+    end = o + n
     if data_stop is not None:
-        high = end > np.uint64(max(data_stop, 0))
-        if high.any():
-            i = int(present[np.flatnonzero(high)[0]])
-            fail(
-                i,
+        j = _first(end > np.uint64(max(data_stop, 0)))
+        if j is not None:
+            return _Bad(
+                j,
                 "inner chunk lies outside the shard object",
                 f"offset + nbytes <= {data_stop}",
-                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+                _entry(o, n, j),
                 TruncatedShardError,
             )
     elif max_stop is not None:
-        beyond = end > np.uint64(min(max(max_stop, 0), 2**64 - 1))
-        if beyond.any():
-            i = int(present[np.flatnonzero(beyond)[0]])
-            fail(
-                i,
+        j = _first(end > np.uint64(min(max(max_stop, 0), 2**64 - 1)))
+        if j is not None:
+            return _Bad(
+                j,
                 "inner chunk lies past the end of any shard object",
                 f"offset + nbytes <= {max_stop} (no store object holds more than 2**63 - 1 "
                 "bytes, the index included)",
-                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
+                _entry(o, n, j),
                 TruncatedShardError,
             )
-    if max_nbytes is not None and max_nbytes < 2**64 - 1:
-        large = n > np.uint64(max_nbytes)
-        if large.any():
-            i = int(present[np.flatnonzero(large)[0]])
-            fail(
-                i,
-                "inner chunk is larger than its codecs make one",
-                f"nbytes <= {max_nbytes} (the chunk's shape and data type through its codecs, "
-                "with room to spare)",
-                f"offset={int(offsets[i])}, nbytes={int(nbytes[i])}",
-            )
-    if present.size > 1:
-        order = np.lexsort((n, o))
-        so, sn, se = o[order], n[order], end[order]
-        same = (so[1:] == so[:-1]) & (sn[1:] == sn[:-1])
-        running_end = np.maximum.accumulate(se)[:-1]
-        clash = (so[1:] < running_end) & ~same
-        if clash.any():
-            k = int(np.flatnonzero(clash)[0]) + 1
-            i = int(present[order[k]])
-            fail(
-                i,
-                "inner chunks overlap in the shard",
-                "disjoint byte ranges",
-                f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}",
-            )
+    return None
+
+
+def _too_large(
+    o: npt.NDArray[np.uint64], n: npt.NDArray[np.uint64], max_nbytes: int | None
+) -> _Bad | None:
+    """The first entry of more than ``max_nbytes`` (None, or 2**64 - 1: not checked)."""
+    if max_nbytes is None or max_nbytes >= 2**64 - 1:
+        return None
+    j = _first(n > np.uint64(max_nbytes))
+    if j is None:
+        return None
+    return _Bad(
+        j,
+        "inner chunk is larger than its codecs make one",
+        f"nbytes <= {max_nbytes} (the chunk's shape and data type through its codecs, "
+        "with room to spare)",
+        _entry(o, n, j),
+    )
+
+
+def _overlapping(o: npt.NDArray[np.uint64], n: npt.NDArray[np.uint64]) -> _Bad | None:
+    """The first entry, in order of offset, that starts inside an earlier one it is not
+    identical to (identical entries, as deduplicating writers make, are allowed)."""
+    if o.size < 2:
+        return None
+    end = o + n
+    order = np.lexsort((n, o))
+    so, sn, se = o[order], n[order], end[order]
+    same = (so[1:] == so[:-1]) & (sn[1:] == sn[:-1])
+    running_end = np.maximum.accumulate(se)[:-1]
+    k = _first((so[1:] < running_end) & ~same)
+    if k is None:
+        return None
+    k += 1
+    return _Bad(
+        int(order[k]),
+        "inner chunks overlap in the shard",
+        "disjoint byte ranges",
+        f"[{int(so[k])}, {int(se[k])}) starts before {int(running_end[k - 1])}",
+    )
 
 
 def _check_sizes(table: Table, *, array: str | None, key: str | None) -> None:

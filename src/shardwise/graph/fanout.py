@@ -33,11 +33,11 @@ sizes to inner-chunk boundaries, with a :class:`~shardwise.errors.ChunkRoundingW
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -454,6 +454,95 @@ def _cut_shards(layout: Any, starts: list[list[int]], name: str) -> list[set[int
     return cut
 
 
+@dataclass(frozen=True, slots=True)
+class _ReadKeys:
+    """The names of a read's layers and keys: the read layer (the dask array's name),
+    the index layer, and the keys holding the source (``original``) and the reader."""
+
+    read: str
+    index: str
+    original: str
+    reader: str
+
+    @classmethod
+    def of(
+        cls,
+        reader_token: str,
+        name: str,
+        chunks: tuple[tuple[int, ...], ...],
+        array_name: str | None,
+    ) -> _ReadKeys:
+        """The keys named after ``array_name``, or, when it is None, after a token of
+        the reader's own token, ``name`` and ``chunks``."""
+        from dask.base import tokenize
+
+        if array_name is None:
+            token = tokenize(reader_token, name, chunks)
+            read_name = f"shardwise-read-{name}-{token}"
+        else:
+            token = tokenize(array_name)
+            read_name = array_name
+        return cls(
+            read_name, f"shardwise-index-{token}", f"original-{read_name}", f"reader-{read_name}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    """Per dimension and block of a read: its region (``regions``), the shards its span
+    touches (``spans``) and those of them (its first and last) that a chunk boundary
+    cuts (``mine``); per dimension, the shards a boundary cuts (``cut``). Worked out
+    once per dimension, not per chunk. ``uncut``: the shards of a block's span along a
+    dimension that no boundary cuts, kept as they are asked for."""
+
+    regions: list[list[slice]]
+    spans: list[list[range]]
+    mine: list[list[list[int]]]
+    cut: list[set[int]]
+    uncut: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, layout: Any, chunks: tuple[tuple[int, ...], ...], name: str) -> _Blocks:
+        """The blocks of ``chunks`` over ``layout``; refuses more index tasks than a
+        graph may hold (:func:`_cut_shards`)."""
+        starts = [[0, *itertools.accumulate(c)] for c in chunks]
+        cut = _cut_shards(layout, starts, name)
+        regions = [[slice(a, b) for a, b in itertools.pairwise(bounds)] for bounds in starts]
+        spans: list[list[range]] = []
+        mine: list[list[list[int]]] = []
+        for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
+            lo = np.asarray(bounds[:-1], dtype=np.int64)
+            hi = np.asarray(bounds[1:], dtype=np.int64)
+            if layout.sharded and dim.extent:
+                first = dim.shard_of(lo).tolist()
+                last = dim.shard_of(np.maximum(hi - 1, lo)).tolist()
+            else:
+                first = last = [0] * len(lo)
+            span = [
+                range(f, g + 1) if b > a else range(0)
+                for f, g, a, b in zip(first, last, lo.tolist(), hi.tolist(), strict=True)
+            ]
+            spans.append(span)
+            mine.append([sorted({r[0], r[-1]} & here) if r else [] for r in span])
+        return cls(regions, spans, mine, cut)
+
+    def _uncut_shards(self, d: int, i: int) -> list[int]:
+        """The shards of block ``i``'s span along dimension ``d`` that no boundary cuts."""
+        if (d, i) not in self.uncut:
+            self.uncut[d, i] = [s for s in self.spans[d][i] if s not in self.cut[d]]
+        return self.uncut[d, i]
+
+    def shared_shards(self, block: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The shards of a chunk that a chunk boundary cuts, in C order."""
+        out: set[tuple[int, ...]] = set()
+        for d, i in enumerate(block):  # combinations whose first cut coordinate is d's
+            if self.mine[d][i]:
+                before = [self._uncut_shards(j, block[j]) for j in range(d)]
+                after = [self.spans[j][block[j]] for j in range(d + 1, len(block))]
+                out.update(itertools.product(*before, self.mine[d][i], *after))
+        return sorted(out)
+
+
 def fanout_array(
     reader: ArrayReader,
     source: Any,
@@ -479,81 +568,63 @@ def fanout_array(
     ``source`` in every read task and ``reader`` in every index task instead (no such
     keys: each task carries its own copy when sent to a worker)."""
     import dask.array as da
-    from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
+    from dask.task_spec import TaskRef
+
+    keys = _ReadKeys.of(reader.token, name, chunks, array_name)
+    # what the tasks take the source and the reader from: a key, or the object itself
+    src_arg: Any = source if inline_array else TaskRef(keys.original)
+    reader_arg: Any = reader if inline_array else TaskRef(keys.reader)
+    blocks = _Blocks.of(reader.info.layout, chunks, name)
+    read_layer, index_layer = _read_tasks(reader, blocks, keys, src_arg, reader_arg)
+
+    layers: dict[str, Any] = {keys.read: read_layer}
+    deps: dict[str, set[str]] = {keys.read: set()}
+    if not inline_array:
+        layers[keys.original] = {keys.original: source}
+        deps[keys.original] = set()
+        deps[keys.read].add(keys.original)
+    if index_layer:
+        layers[keys.index] = index_layer
+        deps[keys.index] = set()
+        deps[keys.read].add(keys.index)
+        if not inline_array:
+            layers[keys.reader] = {keys.reader: reader}
+            deps[keys.reader] = set()
+            deps[keys.index].add(keys.reader)
+    graph = HighLevelGraph(layers, deps)
+    meta = np.empty((0,) * len(chunks), dtype=dtype)
+    return da.Array(graph, keys.read, chunks, meta=meta)
+
+
+def _read_tasks(
+    reader: ArrayReader, blocks: _Blocks, keys: _ReadKeys, src_arg: Any, reader_arg: Any
+) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The read layer, a task per chunk, and the index layer, a task per shard that
+    several chunks share, which every read task of the shard is given. A shard only one
+    task reads needs no index task: the task reads it itself, the whole object in one
+    request when it wants most of it."""
     from dask.task_spec import Task, TaskRef
 
-    layout = reader.info.layout
-    sharded = layout.sharded
-    if array_name is None:
-        token = tokenize(reader.token, name, chunks)
-        read_name = f"shardwise-read-{name}-{token}"
-    else:
-        token = tokenize(array_name)
-        read_name = array_name
-    index_name = f"shardwise-index-{token}"
-    original = f"original-{read_name}"
-    reader_key = f"reader-{read_name}"
-    # what the tasks take the source and the reader from: a key, or the object itself
-    src_arg: Any = source if inline_array else TaskRef(original)
-    reader_arg: Any = reader if inline_array else TaskRef(reader_key)
-
-    starts = [[0, *itertools.accumulate(c)] for c in chunks]
-    cut = _cut_shards(layout, starts, name)
-
-    # per dimension and block: the shards its span touches, and those of them (its first
-    # and last) that a chunk boundary cuts; worked out once per dimension, not per chunk
-    regions = [[slice(a, b) for a, b in itertools.pairwise(bounds)] for bounds in starts]
-    spans: list[list[range]] = []
-    mine: list[list[list[int]]] = []
-    for dim, bounds, here in zip(layout.dims, starts, cut, strict=True):
-        lo = np.asarray(bounds[:-1], dtype=np.int64)
-        hi = np.asarray(bounds[1:], dtype=np.int64)
-        if sharded and dim.extent:
-            first = dim.shard_of(lo).tolist()
-            last = dim.shard_of(np.maximum(hi - 1, lo)).tolist()
-        else:
-            first = last = [0] * len(lo)
-        span = [
-            range(f, g + 1) if b > a else range(0)
-            for f, g, a, b in zip(first, last, lo.tolist(), hi.tolist(), strict=True)
-        ]
-        spans.append(span)
-        mine.append([sorted({r[0], r[-1]} & here) if r else [] for r in span])
-
-    @functools.cache
-    def uncut_shards(d: int, i: int) -> list[int]:
-        return [s for s in spans[d][i] if s not in cut[d]]
-
-    def shared_shards(block: tuple[int, ...]) -> list[tuple[int, ...]]:
-        """The shards of a chunk that a chunk boundary cuts, in C order."""
-        out: set[tuple[int, ...]] = set()
-        for d, i in enumerate(block):  # combinations whose first cut coordinate is d's
-            if mine[d][i]:
-                before = [uncut_shards(j, block[j]) for j in range(d)]
-                after = [spans[j][block[j]] for j in range(d + 1, len(block))]
-                out.update(itertools.product(*before, mine[d][i], *after))
-        return sorted(out)
-
+    sharded = reader.info.layout.sharded
+    regions, mine = blocks.regions, blocks.mine
     shard_keys: dict[tuple[int, ...], str] = {}
     index_layer: dict[Any, Any] = {}
     read_layer: dict[Any, Any] = {}
     with paused_gc():  # a task per chunk: millions of small objects
-        for block in itertools.product(*(range(len(c)) for c in chunks)):
+        for block in itertools.product(*(range(len(r)) for r in regions)):
             region = tuple(regions[d][i] for d, i in enumerate(block))
-            key: Any = (read_name, *block)
-            # a shard only this task reads needs no index task: the task reads it itself,
-            # the whole object in one request when it wants most of it
+            key: Any = (keys.read, *block)
             if not sharded or not any(mine[d][i] for d, i in enumerate(block)):
                 read_layer[key] = Task(key, _compat.getter, src_arg, region)
                 continue
-            shared = shared_shards(block)
+            shared = blocks.shared_shards(block)
             if not shared:
                 read_layer[key] = Task(key, _compat.getter, src_arg, region)
                 continue
             refs = []
             for shard in shared:
-                ikey: Any = (index_name, *shard)
+                ikey: Any = (keys.index, *shard)
                 if ikey not in index_layer:
                     index_layer[ikey] = Task(ikey, _read_index, reader_arg, shard)
                     shard_keys[shard] = reader.info.key(shard)
@@ -567,24 +638,7 @@ def fanout_array(
                 *refs,
             )
             read_layer[key] = Task(key, _compat.getter, src, region)
-
-    layers: dict[str, Any] = {read_name: read_layer}
-    deps: dict[str, set[str]] = {read_name: set()}
-    if not inline_array:
-        layers[original] = {original: source}
-        deps[original] = set()
-        deps[read_name].add(original)
-    if index_layer:
-        layers[index_name] = index_layer
-        deps[index_name] = set()
-        deps[read_name].add(index_name)
-        if not inline_array:
-            layers[reader_key] = {reader_key: reader}
-            deps[reader_key] = set()
-            deps[index_name].add(reader_key)
-    graph = HighLevelGraph(layers, deps)
-    meta = np.empty((0,) * len(chunks), dtype=dtype)
-    return da.Array(graph, read_name, chunks, meta=meta)
+    return read_layer, index_layer
 
 
 def stored_reader(x: Any) -> tuple[ArrayReader, str | None] | None:

@@ -47,6 +47,7 @@ import itertools
 import math
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -417,6 +418,21 @@ def _layer_names(*parts: Any) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Encoding:
+    """What a write's encode layer is built from: the source (cut by ``encode_split``:
+    ``cut``, None if not), the groups of blocks one task writes (None: a task per
+    block), the plan, the layers' names and the key (and graph) of the target."""
+
+    source: Any
+    cut: tuple[tuple[int, ...], ...] | None
+    groups: Any
+    plan: WritePlan
+    names: dict[str, str]
+    target_key: str
+    target_graph: Any
+
+
 def store_dask_array(
     source: Any,
     store: Any,
@@ -464,7 +480,7 @@ def store_dask_array(
     where few shards would leave threads idle (:func:`encode_split_chunks`); ``None``
     takes dask config ``shardwise.encode-split`` (default ``"auto"``)."""
     from dask.highlevelgraph import HighLevelGraph
-    from dask.task_spec import DataNode, Task, TaskRef
+    from dask.task_spec import DataNode
 
     if order not in WRITE_ORDERS:
         raise ValueError(f"write_order must be one of {WRITE_ORDERS}, got {order!r}")
@@ -503,37 +519,74 @@ def store_dask_array(
     target_graph = HighLevelGraph(
         {target_key: {target_key: DataNode(target_key, target)}}, {target_key: set()}
     )
-    stored = stored_reader(source) if groups is None and cut is None else None
-    if stored is not None:  # a task per block, given the stored array, not the block
-        layers, deps = _stored_layer(source, stored, names["encode"], target_graph, target_key)
-    elif groups is None:  # a task per block, fused with the source's blockwise layers
-        encoded = source.map_blocks(
-            encode_block,
-            _compat.ArraySliceDep(source.chunks),
-            Delayed(target_key, target_graph),
-            name=names["encode"],
-            meta=np.empty((0,) * source.ndim, dtype=object),
-        )
-        graph = fuse_blockwise(encoded.__dask_graph__(), names["encode"])
-        layers = dict(graph.layers)
-        deps = dict(graph.dependencies)
-        if cut is not None:
-            _spread(layers[names["encode"]], names["encode"], source.numblocks)
-    else:  # a task per group of blocks
-        graph = HighLevelGraph.merge(source.__dask_graph__(), target_graph)
-        layers = dict(graph.layers)
-        deps = dict(graph.dependencies)
-        layers[names["encode"]] = _batch_layer(names["encode"], source, groups, plan, target_key)
-        deps[names["encode"]] = {*source.__dask_layers__(), target_key}
-
-    encode_keys: list[Any]
+    layers, deps = _encode_layers(
+        _Encoding(source, cut, groups, plan, names, target_key, target_graph)
+    )
     if not plan.ngathered:  # every shard is written by its block's task
         encode_keys = [(names["encode"], *b) for b in np.ndindex(*plan.numblocks)]
         return wait_for(names["done"], HighLevelGraph(layers, deps), encode_keys, combine=combine)
 
-    # shard tasks gather the parts of the blocks touching their shards; a block with
-    # parts for several of them gets a split task per shard, so each part travels alone
+    # shard tasks gather the parts of the blocks touching their shards
     gathered = plan.gathered_per_block()
+    shard_layers, shard_deps = _shard_layers(plan, gathered, names, target_key)
+    layers |= shard_layers
+    deps |= shard_deps
+    # the blocks that feed no shard task are waited for directly
+    keys = [(names["encode"], *map(int, b)) for b in np.argwhere(gathered == 0)]
+    if sessions:  # and the fork sessions of those that do, taken beside their parts
+        session_layer = _session_layer(gathered, names)
+        if session_layer:
+            layers[names["session"]] = session_layer
+            deps[names["session"]] = {names["encode"]}
+            keys += list(session_layer)
+    shard_keys = list(shard_layers[names["shard"]])
+    return wait_for(
+        names["done"], HighLevelGraph(layers, deps), [*keys, *shard_keys], combine=combine
+    )
+
+
+def _encode_layers(e: _Encoding) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The graph's layers and dependencies up to the encode layer: a task per block,
+    given the stored array in place of the block where the source is a plain read of
+    one (:func:`_stored_layer`), else fused with the source's blockwise layers (and,
+    where ``encode_split`` cut the blocks, spread over the workers' threads:
+    :func:`_spread`); or a task per group of blocks (:func:`_batch_layer`)."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = e.names["encode"]
+    stored = stored_reader(e.source) if e.groups is None and e.cut is None else None
+    if stored is not None:
+        return _stored_layer(e.source, stored, name, e.target_graph, e.target_key)
+    if e.groups is None:
+        encoded = e.source.map_blocks(
+            encode_block,
+            _compat.ArraySliceDep(e.source.chunks),
+            Delayed(e.target_key, e.target_graph),
+            name=name,
+            meta=np.empty((0,) * e.source.ndim, dtype=object),
+        )
+        graph = fuse_blockwise(encoded.__dask_graph__(), name)
+        layers = dict(graph.layers)
+        if e.cut is not None:
+            _spread(layers[name], name, e.source.numblocks)
+        return layers, dict(graph.dependencies)
+    graph = HighLevelGraph.merge(e.source.__dask_graph__(), e.target_graph)
+    layers = dict(graph.layers)
+    deps = dict(graph.dependencies)
+    layers[name] = _batch_layer(name, e.source, e.groups, e.plan, e.target_key)
+    deps[name] = {*e.source.__dask_layers__(), e.target_key}
+    return layers, deps
+
+
+def _shard_layers(
+    plan: WritePlan, gathered: Any, names: dict[str, str], target_key: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shard layer (a task per shard that gathers the parts of the blocks touching
+    it) and the split layer, if any: a block with parts for several such shards
+    (``gathered``: how many, per block) gets a split task per shard, so each part
+    travels alone. Returns the layers and their dependencies."""
+    from dask.task_spec import Task, TaskRef
+
     split: dict[Any, Any] = {}
     shards: dict[Any, Any] = {}
     target_ref = TaskRef(target_key)
@@ -549,26 +602,25 @@ def store_dask_array(
                     parts.append(TaskRef((names["encode"], *b)))  # its one part
             key = (names["shard"], *sw.shard)
             shards[key] = Task(key, write_shard, sw.shard, sw.covered, target_ref, *parts)
-    layers[names["shard"]] = shards
-    deps[names["shard"]] = {names["encode"], target_key}
+    layers: dict[str, Any] = {names["shard"]: shards}
+    deps: dict[str, Any] = {names["shard"]: {names["encode"], target_key}}
     if split:
         layers[names["split"]] = split
         deps[names["split"]] = {names["encode"]}
         deps[names["shard"]].add(names["split"])
-    # the blocks that feed no shard task are waited for directly
-    encode_keys = [(names["encode"], *map(int, b)) for b in np.argwhere(gathered == 0)]
-    if sessions:  # and the fork sessions of those that do, taken beside their parts
-        session_layer = {}
-        for where in np.argwhere(gathered > 0).tolist():
-            key = (names["session"], *where)
-            session_layer[key] = Task(key, session_of, TaskRef((names["encode"], *where)))
-        if session_layer:
-            layers[names["session"]] = session_layer
-            deps[names["session"]] = {names["encode"]}
-            encode_keys += list(session_layer)
-    return wait_for(
-        names["done"], HighLevelGraph(layers, deps), [*encode_keys, *shards], combine=combine
-    )
+    return layers, deps
+
+
+def _session_layer(gathered: Any, names: dict[str, str]) -> dict[Any, Any]:
+    """A task per block that feeds shard tasks (``gathered``: how many, per block),
+    taking its fork session from beside its parts."""
+    from dask.task_spec import Task, TaskRef
+
+    layer = {}
+    for where in np.argwhere(gathered > 0).tolist():
+        key = (names["session"], *where)
+        layer[key] = Task(key, session_of, TaskRef((names["encode"], *where)))
+    return layer
 
 
 def finish_graph(writes: list[Any], finish: Any, *head: Any) -> Any:

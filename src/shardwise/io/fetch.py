@@ -30,7 +30,8 @@ import asyncio
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -69,6 +70,54 @@ def _pause(attempt: int) -> float:
     if attempt <= 1:
         return 0.0
     return random.uniform(0, min(1.0, 0.01 * 2 ** (attempt - 2)))
+
+
+@dataclass(frozen=True, slots=True)
+class _RangeRead:
+    """The range reads of one shard: its ``key``, the version every range is read
+    against (``expected``; None: no condition), and the inner chunks to read
+    (``wanted``) with the byte range of each (``ranges``, in the same order)."""
+
+    key: str
+    expected: Version | None
+    wanted: list[tuple[int, ...]]
+    ranges: list[ByteRange]
+
+
+def _located(
+    table: Any, needed: list[tuple[int, ...]]
+) -> tuple[dict[tuple[int, ...], Bytes | None], list[tuple[int, ...]], list[ByteRange]]:
+    """The ``needed`` inner chunks that ``table`` says are empty (as None), and the
+    others with their byte ranges, to read."""
+    empty: dict[tuple[int, ...], Bytes | None] = {}
+    wanted: list[tuple[int, ...]] = []
+    ranges: list[ByteRange] = []
+    for inner in needed:
+        offset, nbytes = table[inner]
+        if offset == EMPTY:
+            empty[inner] = None
+        else:
+            wanted.append(inner)
+            ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
+    return empty, wanted, ranges
+
+
+def _read_on(
+    decoder: ShardDecoder, entry: IndexEntry, groups: Sequence[tuple[ByteRange, list[int]]]
+) -> tuple[int, int]:
+    """How many bytes the group reaching furthest is read on by, and which group that
+    is (-1: none makes a request). With the index at the end, read by a suffix request
+    from a store that did not say the object's size, an entry pointing into the index
+    would pass every check: that group is read on by the index's length, so a short
+    read tells where the data end (still one request; ``index.nbytes`` more bytes).
+    Where the size is known, the entries were checked against it (no read-on)."""
+    tail = decoder.index.nbytes if decoder.index.location == "end" and entry.size is None else 0
+    last = max(  # (zero-length groups make no request)
+        range(len(groups)),
+        key=lambda g: (groups[g][0].stop > groups[g][0].start, groups[g][0].stop),
+        default=-1,
+    )
+    return tail, last
 
 
 class ShardFetcher:
@@ -345,103 +394,108 @@ class ShardFetcher:
     ) -> Fetched:
         """The ``needed`` inner chunks located by ``entry``, read as coalesced byte
         ranges, each against ``entry``'s version."""
-        from zarr.abc.store import RangeByteRequest
-
         table = entry.table
         if table is None:
             return None
-        expected = None if self.trusted else entry.version
-        result: dict[tuple[int, ...], Bytes | None] = {}
-        wanted: list[tuple[int, ...]] = []
-        ranges: list[ByteRange] = []
-        for inner in needed:
-            offset, nbytes = table[inner]
-            if offset == EMPTY:
-                result[inner] = None
-            else:
-                wanted.append(inner)
-                ranges.append(ByteRange(int(offset), int(offset) + int(nbytes)))
+        result, wanted, ranges = _located(table, needed)
+        read = _RangeRead(key, None if self.trusted else entry.version, wanted, ranges)
         gap, most = self.sizes()
         groups = coalesce(ranges, gap=gap, max_size=most)
-        # With the index at the end, read by a suffix request from a store that did not
-        # say the object's size, an entry pointing into the index would pass every
-        # check: the group reaching furthest is read on by the index's length, so a
-        # short read tells where the data end (still one request; ``index.nbytes``
-        # more bytes). Where the size is known, the entries were checked against it.
-        tail = decoder.index.nbytes if decoder.index.location == "end" and entry.size is None else 0
-        last = max(  # (zero-length groups make no request)
-            range(len(groups)),
-            key=lambda g: (groups[g][0].stop > groups[g][0].start, groups[g][0].stop),
-            default=-1,
-        )
-
-        async def fetch_group(req: ByteRange, members: list[int], extra: int) -> None:
-            if req.stop == req.start:  # zero-length chunks need no request
-                for m in members:
-                    result[wanted[m]] = memoryview(b"")
-                return
-            try:
-                got = await self.get(
-                    key, sem, RangeByteRequest(req.start, req.stop + extra), expected
-                )
-            except Stale:
-                raise
-            except Exception as error:
-                # the store's own error (StoreIOError keeps it as the cause)
-                e = error.__cause__ if isinstance(error, StoreIOError) else error
-                assert isinstance(e, Exception)
-                if not (extra and out_of_bounds(e)):
-                    if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
-                        # a file system that refuses the seek (ext4 past 16 TiB) where the
-                        # index points past any file: the object's size tells
-                        await self._past_the_end(key, req, extra, members, ranges, wanted, e)
-                    raise
-                # a store that refuses a range past the object's end (Icechunk) rather
-                # than return it short: the object ends before the read-on's end, so the
-                # range reaching furthest lies in the index's bytes, or past the end
-                r, inner = max(((ranges[m], wanted[m]) for m in members), key=lambda x: x[0].stop)
-                raise TruncatedShardError(
-                    "inner chunk lies outside the shard object's data",
-                    expected=f"offset + nbytes at least {extra} bytes (the index) before the "
-                    "object's end",
-                    found=f"bytes [{r.start}, {r.stop}), and the object ends before byte "
-                    f"{req.stop + extra} ({type(e).__name__}: {str(e).splitlines()[0]})",
-                    array=self.name,
-                    key=key,
-                    chunk=inner,
-                    advice="The shard index is corrupt or the shard truncated; rewrite the "
-                    "shard from its source.",
-                ) from e
-            buf = got.data
-            if buf is None:  # gone since its index was read: another job deleted it
-                raise Stale(key)
-            if extra:
-                self._check_data_end(
-                    key, req, buf, extra, [(ranges[m], wanted[m]) for m in members]
-                )
-                buf = buf[: req.stop - req.start]
-            for m in members:
-                r = ranges[m]
-                piece = buf[r.start - req.start : r.stop - req.start]
-                if len(piece) != r.stop - r.start:
-                    raise TruncatedShardError(
-                        "inner chunk lies past the end of the shard object",
-                        expected=f"bytes [{r.start}, {r.stop})",
-                        found=f"the object ends at byte {req.start + len(buf)}",
-                        array=self.name,
-                        key=key,
-                        chunk=wanted[m],
-                        advice="The shard is truncated; rewrite it from its source.",
-                    )
-                result[wanted[m]] = piece
-
-        await asyncio.gather(
+        tail, last = _read_on(decoder, entry, groups)
+        fetched = await asyncio.gather(
             *(
-                fetch_group(req, members, tail if g == last else 0)
+                self._fetch_group(read, sem, req, members, tail if g == last else 0)
                 for g, (req, members) in enumerate(groups)
             )
         )
+        for pieces in fetched:
+            result.update(pieces)
         return result
+
+    async def _fetch_group(
+        self,
+        read: _RangeRead,
+        sem: asyncio.Semaphore,
+        req: ByteRange,
+        members: list[int],
+        extra: int,
+    ) -> dict[tuple[int, ...], Bytes | None]:
+        """The inner chunks ``members`` (places in ``read``'s lists) read in one
+        request, ``req`` read on by ``extra`` bytes (:func:`_read_on`); zero-length
+        chunks need none. A shard deleted since its index was read is :class:`Stale`."""
+        from zarr.abc.store import RangeByteRequest
+
+        if req.stop == req.start:  # zero-length chunks need no request
+            return {read.wanted[m]: memoryview(b"") for m in members}
+        try:
+            got = await self.get(
+                read.key, sem, RangeByteRequest(req.start, req.stop + extra), read.expected
+            )
+        except Stale:
+            raise
+        except Exception as error:
+            await self._range_failed(read, req, members, extra, error)
+        buf = got.data
+        if buf is None:  # gone since its index was read: another job deleted it
+            raise Stale(read.key)
+        if extra:
+            self._check_data_end(
+                read.key, req, buf, extra, [(read.ranges[m], read.wanted[m]) for m in members]
+            )
+            buf = buf[: req.stop - req.start]
+        return self._pieces(read, req, buf, members)
+
+    async def _range_failed(
+        self, read: _RangeRead, req: ByteRange, members: list[int], extra: int, error: Exception
+    ) -> NoReturn:
+        """Raise the error of a range read that failed: :class:`TruncatedShardError`
+        where the range reaches past the object's end, else the store's ``error``."""
+        # the store's own error (StoreIOError keeps it as the cause)
+        e = error.__cause__ if isinstance(error, StoreIOError) else error
+        assert isinstance(e, Exception)
+        if not (extra and out_of_bounds(e)):
+            if isinstance(e, OSError | ValueError) and not isinstance(e, ShardwiseError):
+                # a file system that refuses the seek (ext4 past 16 TiB) where the
+                # index points past any file: the object's size tells
+                await self._past_the_end(read.key, req, extra, members, read.ranges, read.wanted, e)
+            raise error
+        # a store that refuses a range past the object's end (Icechunk) rather
+        # than return it short: the object ends before the read-on's end, so the
+        # range reaching furthest lies in the index's bytes, or past the end
+        r, inner = max(((read.ranges[m], read.wanted[m]) for m in members), key=lambda x: x[0].stop)
+        raise TruncatedShardError(
+            "inner chunk lies outside the shard object's data",
+            expected=f"offset + nbytes at least {extra} bytes (the index) before the object's end",
+            found=f"bytes [{r.start}, {r.stop}), and the object ends before byte "
+            f"{req.stop + extra} ({type(e).__name__}: {str(e).splitlines()[0]})",
+            array=self.name,
+            key=read.key,
+            chunk=inner,
+            advice="The shard index is corrupt or the shard truncated; rewrite the "
+            "shard from its source.",
+        ) from e
+
+    def _pieces(
+        self, read: _RangeRead, req: ByteRange, buf: Bytes, members: list[int]
+    ) -> dict[tuple[int, ...], Bytes | None]:
+        """Each of the inner chunks ``members`` cut out of ``buf`` (the bytes of
+        ``req``); one the object ends before is a :class:`TruncatedShardError`."""
+        out: dict[tuple[int, ...], Bytes | None] = {}
+        for m in members:
+            r = read.ranges[m]
+            piece = buf[r.start - req.start : r.stop - req.start]
+            if len(piece) != r.stop - r.start:
+                raise TruncatedShardError(
+                    "inner chunk lies past the end of the shard object",
+                    expected=f"bytes [{r.start}, {r.stop})",
+                    found=f"the object ends at byte {req.start + len(buf)}",
+                    array=self.name,
+                    key=read.key,
+                    chunk=read.wanted[m],
+                    advice="The shard is truncated; rewrite it from its source.",
+                )
+            out[read.wanted[m]] = piece
+        return out
 
     async def _past_the_end(
         self,

@@ -500,6 +500,24 @@ def _resumes(exists: bool, mode: str, resume: bool) -> bool:
     return resume and exists  # (nothing to resume: a fresh run)
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A job as planned before anything is written: the ``source``; the arrays to
+    reshard (``chosen``: rel -> source info) with, for each, the target metadata,
+    whether its chunks are repacked and what its zlib chunks are recoded to
+    (``targets``) and the target shards to fill (``shards_of``); the arrays copied
+    whole (``copies``: rel -> opened array and its copy plan); the ``groups`` to
+    write; ``same_grid``: ``migrate``'s mode."""
+
+    source: Source
+    chosen: dict[str, Any]
+    targets: dict[str, tuple[Any, bool, str | None]]
+    shards_of: dict[str, Targets]
+    copies: dict[str, tuple[Any, Any]]
+    groups: list[str]
+    same_grid: bool
+
+
 def prepare(
     source: Source,
     dst: Any,
@@ -527,20 +545,12 @@ def prepare(
     ``_FillValue`` attribute, and a run that resumes writes the metadata again rather
     than checking it. The planning and the writing are the same code either way."""
     import zarr
-    from zarr.buffer import default_buffer_prototype
-    from zarr.storage import MemoryStore
 
     chosen, unreadable = _chosen(source, variables)
-    for rel, err in unreadable.items():
-        if rel in source.damaged:  # a document no reader opens: named (unless left out)
-            raise err  # before the sizes, which cannot name its dimensions
-    known = {n for info in chosen.values() for n in _names(info)}
-    _check_sizes("shards", shards, known)
-    _check_sizes("chunks", chunks, known)
+    _check_request(source, chosen, unreadable, shards, chunks)
     opened = {}  # the arrays copied whole, opened once
     for rel, err in unreadable.items():
         opened[rel] = open_copyable(source, rel, err)
-
     targets = {
         rel: _plan_array(
             source.kind, info, rel, shards=shards, chunks=chunks, codecs=codecs, same_grid=same_grid
@@ -552,43 +562,95 @@ def prepare(
     if exists is None:
         exists = has_zarr_json(dst, target_options)
     resume = _resumes(exists, mode, resume)
-    needed = {""}
-    for rel in [*chosen, *unreadable]:
-        parts = rel.split("/")[:-1]
-        needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
-    groups = sorted(g for g in source.groups if g in needed or variables is None)
+    groups = _groups(source, [*chosen, *unreadable], variables)
     copies = {rel: (arr, copy_plan(arr, source, rel)) for rel, arr in opened.items()}
     # which target shards take data from which source objects (the source is listed)
     shards_of = {
         rel: shards_to_fill(source.store, chosen[rel], ArrayInfo.from_metadata(metadata, rel))
         for rel, (metadata, _, _) in targets.items()
     }
+    job = _Planned(source, chosen, targets, shards_of, copies, groups, same_grid)
     keep = resume and not same_grid  # the metadata already there is checked, not written
 
-    def write(root: Any, resume: bool, dry: bool) -> None:
-        """Every metadata write of the destination (groups, arrays, whole copies)."""
-        store, prefix = root.store_path.store, root.store_path.path.strip("/")
-        for g in groups:
-            node = root if not g else root.require_group(g)
-            attrs = source.groups.get(g, {})
-            if (attrs or same_grid) and not resume:
-                node.attrs.update(attrs)
+    _dry_run(job)
+    root = zarr.open_group(
+        dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
+    )
+    dst_store = root.store_path.store
+    prefix = root.store_path.path.strip("/")
+    if keep:  # the destination must be this run's, before anything is written to it
         for rel, (metadata, _, _) in targets.items():
-            if resume:  # checked before anything was written
-                continue
-            with rectilinear_grids():
-                for key, buf in metadata.to_buffer_dict(proto).items():
-                    _compat.sync(store.set(key_under(prefix, f"{_under(prefix, rel)}/{key}"), buf))
-        for rel, (arr, copy) in copies.items():
-            if not (resume and _compat.sync(store.exists(f"{_under(prefix, rel)}/zarr.json"))):
-                copy_whole(arr, rel, root, copy, dry=dry)
+            _check_resumable(dst_store, _under(prefix, rel), metadata, rel)
+    _write_metadata(job, root, resume=keep, dry=False)
+    plans, report, recoded = _copy_plans(job, dst_store, prefix, resume)
+    if consolidated:
+        consolidate_metadata(root.store_path.store, root.store_path.path or None)
+    return plans, report, recoded
 
-    # a dry run into memory first: what zarr-python refuses (a fill value it cannot
-    # encode, attributes that are not JSON) is refused before the first byte of dst
+
+def _check_request(
+    source: Source,
+    chosen: Mapping[str, ArrayInfo],
+    unreadable: Mapping[str, Exception],
+    shards: Sizes,
+    chunks: Sizes,
+) -> None:
+    """Refuses an array taken (not left out by ``variables``) whose document no reader
+    opens, before the sizes, which cannot name its dimensions; then sizes that do not
+    fit the dimensions of the arrays taken (:func:`_check_sizes`)."""
+    for rel, err in unreadable.items():
+        if rel in source.damaged:  # a document no reader opens: named (unless left out)
+            raise err
+    known = {n for info in chosen.values() for n in _names(info)}
+    _check_sizes("shards", shards, known)
+    _check_sizes("chunks", chunks, known)
+
+
+def _groups(source: Source, arrays: Sequence[str], variables: Sequence[str] | None) -> list[str]:
+    """The groups of ``source`` to write: all of them, or, with ``variables``, the root
+    and the groups above the ``arrays`` taken."""
+    needed = {""}
+    for rel in arrays:
+        parts = rel.split("/")[:-1]
+        needed |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
+    return sorted(g for g in source.groups if g in needed or variables is None)
+
+
+def _write_metadata(job: _Planned, root: Any, *, resume: bool, dry: bool) -> None:
+    """Every metadata write of the destination ``root`` (groups, arrays, whole copies).
+    With ``resume`` (a destination whose metadata was checked), the groups' attributes
+    and the arrays' metadata are left as they are and only the arrays copied whole that
+    are not there yet are copied; with ``dry``, those get their metadata alone."""
+    from zarr.buffer import default_buffer_prototype
+
     proto = default_buffer_prototype()
+    store, prefix = root.store_path.store, root.store_path.path.strip("/")
+    for g in job.groups:
+        node = root if not g else root.require_group(g)
+        attrs = job.source.groups.get(g, {})
+        if (attrs or job.same_grid) and not resume:
+            node.attrs.update(attrs)
+    for rel, (metadata, _, _) in job.targets.items():
+        if resume:  # checked before anything was written
+            continue
+        with rectilinear_grids():
+            for key, buf in metadata.to_buffer_dict(proto).items():
+                _compat.sync(store.set(key_under(prefix, f"{_under(prefix, rel)}/{key}"), buf))
+    for rel, (arr, copy) in job.copies.items():
+        if not (resume and _compat.sync(store.exists(f"{_under(prefix, rel)}/zarr.json"))):
+            copy_whole(arr, rel, root, copy, dry=dry)
+
+
+def _dry_run(job: _Planned) -> None:
+    """The metadata writes into memory first: what zarr-python refuses (a fill value it
+    cannot encode, attributes that are not JSON) is refused before the first byte of the
+    destination."""
+    import zarr
+    from zarr.storage import MemoryStore
+
     dry_root = zarr.open_group(MemoryStore(), mode="w", zarr_format=3)
     try:
-        write(dry_root, resume=False, dry=True)
+        _write_metadata(job, dry_root, resume=False, dry=True)
     except ShardwiseError:
         raise
     except Exception as e:
@@ -598,41 +660,37 @@ def prepare(
             found=f"{type(e).__name__}: {e}",
             advice="Leave the array out with variables=[...] (--var). Nothing was written.",
         ) from e
-    root = zarr.open_group(
-        dst, mode="a" if resume else "w", zarr_format=3, storage_options=target_options
-    )
-    dst_store = root.store_path.store
-    prefix = root.store_path.path.strip("/")
-    if keep:  # the destination must be this run's, before anything is written to it
-        for rel, (metadata, _, _) in targets.items():
-            _check_resumable(dst_store, _under(prefix, rel), metadata, rel)
-    write(root, resume=keep, dry=False)
 
-    report = ReshardReport(groups=[g or "/" for g in groups])
+
+def _copy_plans(
+    job: _Planned, dst_store: Any, prefix: str, resume: bool
+) -> tuple[list[tuple[CopyPlan, Targets]], ReshardReport, dict[str, str]]:
+    """Each resharded array's copy plan (into ``dst_store`` under ``prefix``) with the
+    target shards it fills, the report of what is written and how, and the arrays whose
+    zlib chunks are recoded (with what)."""
+    report = ReshardReport(groups=[g or "/" for g in job.groups])
     plans = []
     recoded: dict[str, str] = {}  # the arrays whose zlib chunks are recoded
-    for rel, (metadata, repack, changed) in targets.items():
+    for rel, (metadata, repack, changed) in job.targets.items():
         dst_info = ArrayInfo.from_metadata(metadata, _under(prefix, rel))
         plan = CopyPlan(
-            source.store,
-            chosen[rel],
+            job.source.store,
+            job.chosen[rel],
             dst_store,
             dst_info,
             repack,
             resume,
-            order="C" if same_grid else "morton",  # the shards keep their layout
+            order="C" if job.same_grid else "morton",  # the shards keep their layout
             recode=changed is not None,
         )
-        plans.append((plan, shards_of[rel]))
+        plans.append((plan, job.shards_of[rel]))
         report.arrays.append(rel)
         (report.repacked if repack else report.reencoded).append(rel)
         if changed is not None:
             recoded[rel] = changed
-    for rel in unreadable:
+    for rel in job.copies:
         report.arrays.append(rel)
         report.copied.append(rel)
-    if consolidated:
-        consolidate_metadata(root.store_path.store, root.store_path.path or None)
     return plans, report, recoded
 
 

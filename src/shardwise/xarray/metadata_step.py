@@ -20,7 +20,7 @@ import copy
 import functools
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from zarr.buffer import default_buffer_prototype
 
@@ -315,30 +315,11 @@ def validate(
     group's, when the call adds to one, else 3) and the rectilinear grids of new
     arrays."""
 
-    _compat.validate_dataset_names(
-        ds
-    )  # xarray's own refusal and text, as Dataset.to_zarr does first
-    for name, var in ds.variables.items():
-        if var.chunks is not None:
-            check_known_chunks(var.chunks, str(name))
-    if any(
-        var.chunks and any(0 in c and any(c) for c in var.chunks) for var in ds.variables.values()
-    ):
-        ds = ds.copy(deep=False)  # empty dask chunks own no shard: dropped (no data moves)
-        for var in ds.variables.values():
-            if var.chunks is not None:
-                var.data = without_empty_blocks(var.data)
+    ds = _checked_dataset(ds)
     check_spec("shards", shards, set(ds.dims))
     check_spec("chunks", chunks, set(ds.dims))
     if isinstance(region, Mapping):
-        for dim, r in region.items():
-            if isinstance(r, slice) and r.step not in (None, 1):
-                raise WriteError(
-                    "region slices must have a step of 1",
-                    expected="slice(start, stop)",
-                    found=f"{dim}={r}",
-                    advice="Write each strided part separately, or write the whole span.",
-                )
+        _check_region_steps(region)
     # the default is the array path's; xarray's own refusals (and their text) follow
     mode = _compat.choose_default_mode(
         mode=default_mode(mode, region, append_dim),  # type: ignore[arg-type]
@@ -352,15 +333,8 @@ def validate(
         existing_format = None if node is None else 3 if node.endswith("zarr.json") else 2
         zarr_format = existing_format or default_format()
     check_v2_shards(zarr_format, shards, encoding)
-    if mode == "w-" and (key := node) is not None:
-        raise StoreExistsError(
-            "the store already holds Zarr data where mode='w-' creates a new dataset",
-            expected="no Zarr group or array at the target",
-            found=f"existing metadata {key!r}",
-            key=key,
-            advice="Pass mode='w' to overwrite, mode='a' to add variables, or "
-            "append_dim=/region= to extend it.",
-        )
+    if mode == "w-" and node is not None:
+        _refuse_existing(node)
     dry = _compat.get_writable_zarr_store(
         view,
         mode=mode,
@@ -381,24 +355,80 @@ def validate(
     capture = Capture(dry=True, grids=grids, guarded=guarded, existing=existing)
     metadata_step(ds, dry, encoding, capture)
     if guard is not None and guard.asked:  # refuse (or warn of) what cannot be made safe
-        base = view.store._store
-        unguarded = []
-        for source, target, _, offset in capture.items:
-            reason = check_guardable(
-                base,
-                target,
-                tuple((o, o + n) for o, n in zip(offset, source.shape, strict=True)),
-                source.dtype,
-                fresh=mode == "w" or target.basename not in existing,
-                append=append_dim is not None and append_dim in _dims(target),
-                name=target.path,
-                key=metadata_key(target.path),
-                required=guard.required,
-            )
-            if reason is not None:
-                unguarded.append(reason)
-        warn_unprotected(unguarded)
+        _check_guarded(capture, view.store._store, guard, mode, existing, append_dim)
     return mode, ds, encoding, existing, zarr_format, grids
+
+
+def _checked_dataset(ds: Any) -> Any:
+    """``ds`` with its names checked (xarray's own refusal and text, as
+    ``Dataset.to_zarr`` does first) and its dask chunks known, empty dask chunks
+    dropped: they own no shard (no data moves)."""
+    _compat.validate_dataset_names(ds)
+    for name, var in ds.variables.items():
+        if var.chunks is not None:
+            check_known_chunks(var.chunks, str(name))
+    if any(
+        var.chunks and any(0 in c and any(c) for c in var.chunks) for var in ds.variables.values()
+    ):
+        ds = ds.copy(deep=False)
+        for var in ds.variables.values():
+            if var.chunks is not None:
+                var.data = without_empty_blocks(var.data)
+    return ds
+
+
+def _check_region_steps(region: Mapping[str, Any]) -> None:
+    """Refuses region slices with a step other than 1."""
+    for dim, r in region.items():
+        if isinstance(r, slice) and r.step not in (None, 1):
+            raise WriteError(
+                "region slices must have a step of 1",
+                expected="slice(start, stop)",
+                found=f"{dim}={r}",
+                advice="Write each strided part separately, or write the whole span.",
+            )
+
+
+def _refuse_existing(key: str) -> NoReturn:
+    """Refuses to create a new dataset (``mode="w-"``) where the store holds the Zarr
+    node of metadata ``key``."""
+    raise StoreExistsError(
+        "the store already holds Zarr data where mode='w-' creates a new dataset",
+        expected="no Zarr group or array at the target",
+        found=f"existing metadata {key!r}",
+        key=key,
+        advice="Pass mode='w' to overwrite, mode='a' to add variables, or "
+        "append_dim=/region= to extend it.",
+    )
+
+
+def _check_guarded(
+    capture: Capture,
+    base: Any,
+    guard: Guard,
+    mode: str,
+    existing: set[str],
+    append_dim: Hashable | None,
+) -> None:
+    """Refuses (or warns of, as ``guard`` asks) the writes of ``capture`` that no
+    conditional put can make safe against other jobs writing the arrays in ``base``
+    (the store under the view) at the same time."""
+    unguarded = []
+    for source, target, _, offset in capture.items:
+        reason = check_guardable(
+            base,
+            target,
+            tuple((o, o + n) for o, n in zip(offset, source.shape, strict=True)),
+            source.dtype,
+            fresh=mode == "w" or target.basename not in existing,
+            append=append_dim is not None and append_dim in _dims(target),
+            name=target.path,
+            key=metadata_key(target.path),
+            required=guard.required,
+        )
+        if reason is not None:
+            unguarded.append(reason)
+    warn_unprotected(unguarded)
 
 
 def _check_region(ds: Any, zstore: Any, region: Mapping[str, Any]) -> None:
