@@ -756,10 +756,7 @@ def test_docs_show_the_real_version():
 
 def test_docs_show_real_migrations(tmp_path):
     shutil.copytree(LEGACY / "compressors", tmp_path / "draft.zarr")
-    for command in (
-        "shardwise migrate draft.zarr migrated.zarr",
-        "shardwise migrate draft.zarr migrated2.zarr --json",
-    ):
+    for command in ("shardwise migrate draft.zarr migrated.zarr",):
         proc = run(*shlex.split(command)[1:], cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == documented(command)
@@ -775,7 +772,6 @@ def test_docs_show_real_info_and_inventory(sparse_store, v2_store, tmp_path):
         "shardwise info sparse.zarr",
         "shardwise info v2.zarr --no-scan",
         "shardwise inventory sparse.zarr --var temperature --out temperature.csv",
-        "shardwise inventory sparse.zarr --var temperature --json",
     ]
     refused = [
         "shardwise inventory sparse.zarr",
@@ -972,7 +968,6 @@ def test_docs_show_real_verifies(good_store, tmp_path):
     flip(tmp_path / "damaged.zarr/temperature/c/2/0", -10)
     cases = {
         "shardwise verify weather.zarr": (0, "stdout"),
-        "shardwise verify weather.zarr --decode --json": (0, "stdout"),
         "shardwise verify damaged.zarr": (1, "stdout"),
         "shardwise verify damaged.zarr --json": (1, "stdout"),
         "shardwise verify nowhere.zarr": (2, "stderr"),
