@@ -470,7 +470,7 @@ def test_the_default_comes_from_dask_config(tmp_path):
             da.ones((10, SHAPE[1]), chunks=10), store, path="v", region=(slice(0, 10),)
         )
     with pytest.raises(WriteError, match="independent_writers"):
-        shardwise.to_zarr(
+        shardwise.array.to_zarr(
             da.ones((10, SHAPE[1]), chunks=10),
             store,
             path="v",

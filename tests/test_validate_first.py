@@ -269,7 +269,9 @@ def _write(what, store, **options):
     if what == "dask-array":
         return shardwise.array.to_zarr(data, store, path="a", shards=(8, 4), **options)
     assert what == "dask-array-region"
-    return shardwise.to_zarr(data, store, path="a", region=(slice(0, 8), slice(0, 4)), **options)
+    return shardwise.array.to_zarr(
+        data, store, path="a", region=(slice(0, 8), slice(0, 4)), **options
+    )
 
 
 @pytest.mark.parametrize(

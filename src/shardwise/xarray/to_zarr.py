@@ -239,14 +239,6 @@ def to_zarr(
         "chunks": chunks,
         "commit": commit,
     }
-    options = WriteOptions(
-        write_order=write_order,
-        shards_per_task=shards_per_task,
-        encode_split=encode_split,
-        write_empty_chunks=write_empty_chunks,
-        progress=progress,
-        independent_writers=independent_writers,
-    )
     if is_array(obj):
         dataset = {
             "group": group,
@@ -268,6 +260,14 @@ def to_zarr(
             **kwargs,
         )
     _refuse_array_options(kwargs)
+    options = WriteOptions(
+        write_order=write_order,
+        shards_per_task=shards_per_task,
+        encode_split=encode_split,
+        write_empty_chunks=write_empty_chunks,
+        progress=progress,
+        independent_writers=independent_writers,
+    )
     return _xarray_to_zarr(
         obj,
         store,
