@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+import shardwise  # (this module's package: imported already, and light)
+
 
 def sample_dataset(ndays: int = 730, nlat: int = 90, nlon: int = 180) -> xr.Dataset:
     """Daily surface temperature with a seasonal cycle, weather noise and land gaps."""
@@ -130,8 +132,6 @@ def main(argv: list[str] | None = None) -> int:
 def _write(awkward: xr.Dataset, path: Path, layout: _Layout) -> None:
     """Write ``awkward`` with ``shardwise.to_zarr``, say what it made, and check it
     against xarray's own write of the same data with dask chunks equal to the shards."""
-    import shardwise
-
     t0 = time.perf_counter()
     shardwise.to_zarr(awkward, path, mode="w", encoding=layout.encoding, consolidated=False)
     elapsed = time.perf_counter() - t0
@@ -192,7 +192,6 @@ def _count_reads(path: Path, layout: _Layout) -> None:
     import dask
     from zarr.storage import LocalStore
 
-    import shardwise
     from shardwise.testing import CountingStore
 
     shardwise.cache.clear_index_cache()

@@ -603,7 +603,7 @@ def test_encode_split_cuts_a_shard_into_tasks(tmp_path, split):
 def test_encode_split_auto_and_refusals(tmp_path):
     """ "auto" splits only shards fewer than the threads and large enough (8 MiB a
     part); bad values are refused before anything is written."""
-    from shardwise.graph.write import encode_split_chunks
+    from shardwise.graph.split import encode_split_chunks
 
     big = ArrayInfo.from_metadata(
         zarr.create_array(
@@ -641,7 +641,7 @@ def test_encode_split_auto_and_refusals(tmp_path):
 def test_encode_split_cuts_only_at_inner_boundaries(data, shard, inner_per, parts):
     """Any chunking: the split refines the dask chunks, and every new edge inside a
     dask chunk is an inner chunk boundary."""
-    from shardwise.graph.write import encode_split_chunks
+    from shardwise.graph.split import encode_split_chunks
 
     inner = max(1, shard // inner_per)
     shard = inner * max(1, shard // inner)

@@ -131,9 +131,7 @@ def migrate(
     (zlib is re-encoded as gzip); one task per shard. A failed run is completed with
     --mode a.
     """
-    from shardwise.tools.migrate import migrate as migrate_draft
-
-    delayed = migrate_draft(
+    delayed = shardwise.tools.migrate.migrate(
         absolute(src),
         absolute(dst),
         group=group,

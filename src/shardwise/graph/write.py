@@ -54,11 +54,11 @@ import numpy as np
 from dask.delayed import Delayed
 
 import shardwise._compat as _compat
-import shardwise.config as config
 from shardwise._gc import paused_gc
 from shardwise.format.metadata import FIXED_KINDS, ArrayInfo
 from shardwise.format.shard import WRITE_ORDERS
 from shardwise.graph.fanout import stored_reader
+from shardwise.graph.split import current_client, encode_split_chunks, split_source
 from shardwise.graph.target import WriteTarget
 from shardwise.graph.tasks import (
     StoredBlock,
@@ -73,21 +73,18 @@ from shardwise.graph.tasks import (
 from shardwise.graph.write_plan import (
     WritePlan,
     batch_bounds,
-    check_encode_split,
     check_shards_per_task,
     plan_write,
-    split_dim,
 )
 from shardwise.io.stores import store_token
 
 if TYPE_CHECKING:
-    from shardwise.format.grid import ShardLayout
+    pass
 
 __all__ = [
     "FAN_IN",
     "WriteDelayed",
     "data_graph",
-    "encode_split_chunks",
     "finish_graph",
     "fuse_blockwise",
     "store_dask_array",
@@ -95,7 +92,6 @@ __all__ = [
 ]
 
 FAN_IN = 32  # the most tasks one task of the done tree waits for
-SPLIT_BYTES = 8 * 2**20  # encode_split="auto" makes no part of a shard smaller than this
 
 
 # -- the graph ---------------------------------------------------------------------------
@@ -183,124 +179,13 @@ def _shards_per_task(value: int | str, info: ArrayInfo) -> int:
     return int(value)
 
 
-def _threads() -> int:
-    """The threads that will run the graph: the distributed cluster's in scope, else
-    the local scheduler's."""
-    import dask.config
-
-    client = _client()
-    if client is not None:
-        return max(1, sum(client.nthreads().values()))
-    scheduler = dask.config.get("scheduler", None)
-    if scheduler in ("sync", "synchronous", "single-threaded"):
-        return 1
-    import os
-
-    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-
-
-def encode_split_chunks(
-    chunks: tuple[tuple[int, ...], ...],
-    layout: ShardLayout,
-    offset: Sequence[int] | None,
-    value: int | str | None,
-    itemsize: int = 4,
-) -> tuple[tuple[int, ...], ...] | None:
-    """The dask chunks that split the encoding of each shard into about ``value``
-    tasks (None: no split). Blocks are cut only at inner chunk boundaries, first along
-    the first dimension (so each part is a contiguous slice of its block), then the
-    next, so every part holds whole inner chunks: the part's task encodes them, and
-    one task per shard lays them out and makes the single put, as for any shard that
-    several blocks touch.
-
-    ``"auto"`` splits only where the shards written are fewer than the threads that
-    will run the graph (a distributed client's, or the local scheduler's), into about
-    ``2 * threads / shards`` parts per shard, each of at least :data:`SPLIT_BYTES`: few
-    large shards then keep every thread busy, while a write of more shards than
-    threads, or of small shards, is left as it is (one task per block)."""
-
-    check_encode_split(value)
-    if value is None:
-        value = config.get("encode-split")
-        check_encode_split(value)
-    if not layout.sharded or any(0 in c for c in chunks):
-        return None
-    offset = tuple(offset) if offset is not None else (0,) * len(chunks)
-    if value == "auto":
-        threads = _threads()
-        nshards = plan_write(layout, chunks, offset).nshards
-        if nshards >= threads:
-            return None
-        shard = layout.shard_shape((0,) * layout.ndim)
-        nbytes = math.prod(shard) * itemsize
-        # two parts per thread: a worker encodes its first part while the next travels
-        parts = min(-(-2 * threads // max(nshards, 1)), nbytes // SPLIT_BYTES)
-    else:
-        parts = int(value)
-    if parts < 2:
-        return None
-    new = list(chunks)
-    for d, dim in enumerate(layout.dims):
-        if parts < 2:
-            break
-        per = min(parts, dim.inner_per_shard(0))  # (taking the first shard's)
-        if per < 2:
-            continue
-        new[d] = split_dim(chunks[d], dim, offset[d], per)
-        parts = -(-parts // per)
-    out = tuple(tuple(c) for c in new)
-    return None if out == chunks else out
-
-
-def _split_source(source: Any, cut: tuple[tuple[int, ...], ...]) -> Any:
-    """``source`` with its blocks cut into the finer ``cut`` (which refines its chunks):
-    each part a task slicing its block, so a part is a view of the block where it lies
-    (no copy, as dask's rechunk would make) and only the part travels to another
-    worker."""
-    import operator
-
-    import dask.array as da
-    from dask.base import tokenize
-    from dask.highlevelgraph import HighLevelGraph
-    from dask.task_spec import Task, TaskRef
-
-    name = f"shardwise-part-{tokenize(source.name, cut)}"
-    per_dim = []
-    for old, new in zip(source.chunks, cut, strict=True):
-        where: list[tuple[int, slice]] = []
-        block, used = 0, 0
-        for n in new:
-            if used == old[block]:
-                block, used = block + 1, 0
-            where.append((block, slice(used, used + n)))
-            used += n
-        per_dim.append(where)
-    layer: dict[Any, Any] = {}
-    for idx in np.ndindex(*(len(c) for c in cut)):
-        parts = [per_dim[d][i] for d, i in enumerate(idx)]
-        key = (name, *idx)
-        parent = TaskRef((source.name, *(b for b, _ in parts)))
-        layer[key] = Task(key, operator.getitem, parent, tuple(sl for _, sl in parts))
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[source])
-    return da.Array(graph, name, cut, meta=source._meta)
-
-
-def _client() -> Any:
-    try:
-        from distributed import get_client
-
-        return get_client()
-    except (ImportError, ValueError):
-        return None
-
-
 def _spread(layer: Any, name: str, numblocks: tuple[int, ...]) -> None:
     """Ask the distributed scheduler (when one is in scope) to run the encode tasks of
     a split write on the workers' threads in turn, rather than all where their block
     lies: a loose restriction (``allow_other_workers``), so a lost worker or a busy one
     does not hold a task back. Each worker's parts of a block travel to it raw and back
     compressed."""
-    client = _client()
+    client = current_client()
     if client is None:
         return
     threads = [addr for addr, n in sorted(client.nthreads().items()) for _ in range(n)]
@@ -388,7 +273,7 @@ def _tasks_of(
     per_task = _shards_per_task(shards_per_task, info)
     cut = encode_split_chunks(source.chunks, info.layout, offset, encode_split, info.dtype.itemsize)
     if cut is not None:
-        source = _split_source(source, cut)
+        source = split_source(source, cut)
         per_task = 1
     groups = None
     if per_task > 1:

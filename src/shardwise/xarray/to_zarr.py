@@ -239,6 +239,15 @@ def to_zarr(
         "chunks": chunks,
         "commit": commit,
     }
+    # the options of the data step (WriteOptions' fields)
+    data_step: dict[str, Any] = {
+        "write_order": write_order,
+        "shards_per_task": shards_per_task,
+        "encode_split": encode_split,
+        "write_empty_chunks": write_empty_chunks,
+        "progress": progress,
+        "independent_writers": independent_writers,
+    }
     if is_array(obj):
         dataset = {
             "group": group,
@@ -251,27 +260,14 @@ def to_zarr(
             store,
             dataset,
             **common,
-            write_order=write_order,
-            shards_per_task=shards_per_task,
-            encode_split=encode_split,
-            write_empty_chunks=write_empty_chunks,
-            progress=progress,
-            independent_writers=independent_writers,
+            **data_step,
             **kwargs,
         )
     _refuse_array_options(kwargs)
-    options = WriteOptions(
-        write_order=write_order,
-        shards_per_task=shards_per_task,
-        encode_split=encode_split,
-        write_empty_chunks=write_empty_chunks,
-        progress=progress,
-        independent_writers=independent_writers,
-    )
     return _xarray_to_zarr(
         obj,
         store,
-        options,
+        WriteOptions(**data_step),
         group=group,
         encoding=encoding,
         consolidated=consolidated,
